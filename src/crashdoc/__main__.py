@@ -1,0 +1,3 @@
+from crashdoc.cli import main
+
+raise SystemExit(main())

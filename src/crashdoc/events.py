@@ -1,0 +1,211 @@
+"""Data classes that cross module boundaries.
+
+The pipeline is sources -> assembly -> matching -> diagnosis -> outputs; each stage
+takes and returns these plain records so that stages can be tested, replayed and
+benchmarked without each other.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+CATEGORIES: tuple[str, ...] = (
+    "flag-conflict",
+    "memory",
+    "hicache",
+    "disaggregation",
+    "distributed",
+    "network",
+    "model-load",
+    "quantization",
+    "attention-backend",
+    "cuda-graph",
+    "tokenizer",
+    "speculative",
+    "parallelism",
+    "other",
+)
+SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
+ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
+
+
+# --- sources ---------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class LogLine:
+    """One line a watched unit wrote (one journal entry, or one line of a pasted log)."""
+
+    unit: str
+    pid: int
+    text: str
+    timestamp: float = 0.0  # seconds since the epoch; 0.0 when the source has no clock
+    invocation: str = ""  # systemd's INVOCATION_ID, "" when unknown
+
+
+class Lifecycle(StrEnum):
+    """What PID 1 reported about a unit."""
+
+    STARTED = "started"
+    EXITED = "exited"  # the main process exited: exit_code/exit_status say how
+    RESTART_SCHEDULED = "restart-scheduled"
+    FAILED = "failed"  # the unit entered the failed state: result says why
+    JOB_FAILED = "job-failed"
+    START_LIMIT_HIT = "start-limit-hit"
+    OOM_KILL = "oom-kill"
+    DEACTIVATED = "deactivated"  # stopped cleanly (manual stop, or exit 0 without restart)
+    COREDUMP = "coredump"
+
+
+@dataclass(slots=True)
+class LifecycleRecord:
+    unit: str
+    kind: Lifecycle
+    timestamp: float = 0.0
+    invocation: str = ""
+    n_restarts: int | None = None
+    exit_code: str | None = None  # systemd's EXIT_CODE: exited, killed, dumped
+    exit_status: str | None = None  # systemd's EXIT_STATUS: "1", "9", "KILL", ...
+    result: str | None = None  # UNIT_RESULT / JOB_RESULT: exit-code, signal, oom-kill, start-limit-hit, ...
+    message: str = ""
+
+
+@dataclass(slots=True)
+class UnitState:
+    """What D-Bus says about a unit right now."""
+
+    unit: str
+    active_state: str = ""
+    sub_state: str = ""
+    result: str = ""
+    n_restarts: int | None = None
+    exec_main_status: int | None = None
+    exec_main_code: int | None = None
+    invocation: str = ""
+    exec_start: tuple[str, ...] = ()  # the real argv of the first ExecStart=
+    fragment_path: str = ""
+    drop_in_paths: tuple[str, ...] = ()
+    environment_files: tuple[str, ...] = ()
+    loaded: bool = True
+    timestamp: float = 0.0
+
+
+# --- assembly --------------------------------------------------------------------------
+
+
+@dataclass(slots=True, frozen=True)
+class Frame:
+    file: str
+    line: int
+    function: str
+    code: str = ""
+
+
+@dataclass(slots=True)
+class ExceptionInfo:
+    """One exception of a (possibly chained) traceback."""
+
+    type: str  # as printed: "ValueError", "torch.OutOfMemoryError"
+    message: str  # str(exc); may span several lines
+    frames: tuple[Frame, ...] = ()
+    line: str = ""  # the "Type: first line of message" line as printed
+
+    @property
+    def short_type(self) -> str:
+        return self.type.rsplit(".", 1)[-1]
+
+
+@dataclass(slots=True)
+class Traceback:
+    """A Python traceback put back together from one process's journal lines."""
+
+    unit: str
+    pid: int
+    chain: tuple[ExceptionInfo, ...]  # in printed order: the last one is what was raised
+    timestamp: float = 0.0
+    invocation: str = ""
+    wrapper: str = ""  # "Scheduler" for "Scheduler hit an exception: ...", "" when bare
+    rank: str = ""  # SGLang's rank prefix ("TP3", "DP1 TP3 EP3"), "" for the main process
+    header: str = ""  # the line that introduced it
+    text: str = ""  # the traceback as printed (bounded)
+    truncated: bool = False
+
+    @property
+    def final(self) -> ExceptionInfo:
+        return self.chain[-1]
+
+
+@dataclass(slots=True)
+class Marker:
+    """A log line that means something for crash-loop detection even when nothing raised."""
+
+    unit: str
+    pid: int
+    kind: str  # ready, sigquit, server-args, kill-tree, scheduler-died, ...
+    text: str
+    timestamp: float = 0.0
+    invocation: str = ""
+
+
+# --- matching --------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class Match:
+    """A signature that recognised a traceback or a line."""
+
+    signature_id: str
+    captures: dict[str, str]
+    line: str  # the printed line where the match begins: the root-cause line
+    score: int = 0  # higher wins when several signatures match one failure
+
+
+# --- diagnosis -------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class RootCause:
+    type: str
+    message: str
+    line: str
+
+
+@dataclass(slots=True)
+class FlagChange:
+    action: str  # replace, remove, add, set
+    flag: str
+    value: str | None = None
+    new_flag: str | None = None
+
+
+@dataclass(slots=True)
+class Fix:
+    summary: str
+    changes: list[FlagChange] = field(default_factory=list)
+    command: str | None = None  # the corrected command line, secrets redacted
+    diff: str | None = None  # unified diff of the file to edit (script or drop-in)
+    apply: list[str] = field(default_factory=list)  # commands a human runs to apply it
+    rollback: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # safety check results
+
+
+@dataclass(slots=True)
+class Diagnosis:
+    unit: str
+    signature: str | None
+    title: str
+    category: str
+    severity: str
+    root_cause: RootCause
+    flags: list[str]
+    fix: Fix
+    fingerprint: str
+    evidence: list[str] = field(default_factory=list)
+    restarts: int | None = None
+    invocation: str = ""
+    captures: dict[str, str] = field(default_factory=dict)
+    confidence: float = 1.0
+    crashes: int = 1
+    exit: str | None = None  # "killed by SIGKILL", "exit status 1"
+    timestamp: float = 0.0
