@@ -1,0 +1,59 @@
+"""Stable fingerprints for failures, so one crash across restarts, PIDs and ranks is one group.
+
+Like Sentry's grouping: the exception type, the message with the volatile parts masked
+(numbers, hex, ids, paths, quoted values), and the module and function of the frames, never
+line numbers (they change with every release) nor PIDs or ranks.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import re
+
+from crashdoc.events import ExceptionInfo, Frame, Traceback
+
+_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
+    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
+    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
+    (re.compile(r"\b[0-9a-f]{16,}\b", re.I), "<hex>"),
+    (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+){2,}/?"), "<path>"),
+    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
+    (re.compile(r"'[^']{0,200}'|\"[^\"]{0,200}\""), "<str>"),
+    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+)
+_SITE = re.compile(r".*/(?:site-packages|dist-packages|python\d?(?:\.\d+)?)/")
+_FRAMES_IN_FINGERPRINT = 8
+
+
+def normalise_message(message: str) -> str:
+    first = message.strip().split("\n", 1)[0][:500]
+    for pattern, token in _MASKS:
+        first = pattern.sub(token, first)
+    return re.sub(r"\s+", " ", first)
+
+
+def frame_module(frame: Frame) -> str:
+    path = _SITE.sub("", frame.file)
+    if path.endswith(".py"):
+        path = path[:-3]
+    return path.strip("/").replace("/", ".")
+
+
+def exception_parts(exc: ExceptionInfo) -> list[str]:
+    parts = [exc.type or "?", normalise_message(exc.message)]
+    parts.extend(f"{frame_module(f)}:{f.function}" for f in exc.frames[-_FRAMES_IN_FINGERPRINT:])
+    return parts
+
+
+def fingerprint_traceback(tb: Traceback) -> str:
+    """Group by the raised exception (the last of the chain) and where it was raised."""
+    return _digest(exception_parts(tb.final))
+
+
+def fingerprint_text(*parts: str) -> str:
+    """Fingerprint for failures without a traceback (a line, an exit status)."""
+    return _digest([normalise_message(p) for p in parts])
+
+
+def _digest(parts: list[str]) -> str:
+    return hashlib.sha1("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]

@@ -1,0 +1,62 @@
+"""Lines that matter for crash-loop detection even when nothing is raised.
+
+SGLang prints these at fixed points of its life (anchor strings from SGLang 0.5.23:
+http_server.py "fired up and ready to roll", engine.py's SIGQUIT handlers, watchdog.py,
+server_args.py's `server_args=ServerArgs(...)`). One literal check per line keeps this off
+the profile; the precise parse happens only on a hit.
+"""
+
+from __future__ import annotations
+
+import re
+
+from crashdoc.assembly.logline import split_prefix
+from crashdoc.events import LogLine, Marker
+
+# (kind, literal that must appear in the line)
+MARKERS: tuple[tuple[str, str], ...] = (
+    ("ready", "The server is fired up and ready to roll"),
+    ("sigquit", "Received sigquit from a child process"),
+    ("sigquit", "It usually means one child failed"),
+    ("child-crashed", "Triggering SIGQUIT for cleanup"),
+    ("watchdog-timeout", "watchdog timeout (self.watchdog_timeout="),
+    ("server-args", "server_args=ServerArgs("),
+    ("kv-cache", "KV Cache is allocated."),
+    ("kill-tree", "kill_process_tree called"),
+    ("warmup-failed", "Initialization failed. warmup error"),
+    ("terminated", "terminated with"),
+)
+_ANY = re.compile("|".join(re.escape(literal) for _, literal in MARKERS))
+_KIND = {literal: kind for kind, literal in MARKERS}
+
+
+def find_marker(line: LogLine) -> Marker | None:
+    m = _ANY.search(line.text)
+    if m is None:
+        return None
+    kind = _KIND[m.group(0)]
+    if kind == "terminated" and "Scheduler or DataParallelController" not in line.text:
+        return None
+    _, _, body = split_prefix(line.text)
+    return Marker(line.unit, line.pid, kind, body, line.timestamp, line.invocation)
+
+
+_SERVER_ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+)")
+
+
+def parse_server_args(text: str) -> dict[str, str]:
+    """`server_args=ServerArgs(model_path='x', tp_size=8, ...)` -> {"--model-path": "x", "--tp-size": "8"}.
+
+    These are the resolved values, not the argv, but they let a diagnosis read a flag's value
+    from journal files alone (no D-Bus, no unit file).
+    """
+    start = text.find("ServerArgs(")
+    if start < 0:
+        return {}
+    flags: dict[str, str] = {}
+    for name, raw in _SERVER_ARG.findall(text[start + len("ServerArgs(") :]):
+        value = raw.strip()
+        if value[:1] in "'\"" and value[-1:] == value[:1]:
+            value = value[1:-1]
+        flags["--" + name.replace("_", "-")] = value
+    return flags

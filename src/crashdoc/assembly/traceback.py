@@ -1,0 +1,289 @@
+"""Putting Python tracebacks back together from journal lines.
+
+journald stores one entry per line, and the ranks of one unit interleave, so each process
+(`_PID`) gets its own small state machine. A traceback starts at `Traceback (most recent
+call last):` (bare, or wrapped by SGLang as `Scheduler hit an exception: Traceback ...`) or,
+in a log that was cut, at a `  File "..."` line. Frames follow, then `Type: message`,
+message continuation lines, and possibly a chained exception. It ends at the next
+prefixed SGLang line, a new header, a blank line after a wrapped record (SGLang's records
+end with a newline), or when the caller flushes it (the process died or went quiet).
+
+Everything is bounded: frames, message lines and text per traceback, and the number of
+processes with a traceback in progress.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import OrderedDict
+from dataclasses import dataclass, field
+
+from crashdoc.assembly.logline import clean, split_prefix
+from crashdoc.events import ExceptionInfo, Frame, LogLine, Traceback
+
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+CHAIN_MARKERS = (
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:",
+)
+_HEADER_STARTS = ("Exception in thread", "Process Process-", "Process SpawnProcess-", "Fatal Python error")
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
+_EXC_LINE = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
+_WRAPPER = re.compile(r"(?P<who>[\w.]+) hit an exception: ?$")
+_REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]")
+
+_EMPTY: tuple[Traceback, ...] = ()
+
+
+@dataclass(slots=True)
+class Limits:
+    max_frames: int = 120  # keep the first 20 and the last 100 of a deep recursion
+    max_message_lines: int = 80
+    max_text_chars: int = 64 * 1024
+    max_pending: int = 4096  # processes with a traceback in progress
+
+
+@dataclass(slots=True)
+class _Pending:
+    unit: str
+    pid: int
+    invocation: str
+    timestamp: float
+    wrapper: str
+    rank: str
+    header: str
+    chain: list[ExceptionInfo] = field(default_factory=list)
+    frames: list[Frame] = field(default_factory=list)
+    frames_dropped: int = 0
+    exc_type: str = ""
+    exc_line: str = ""
+    message: list[str] = field(default_factory=list)
+    phase: str = "frames"  # frames | message | gap
+    text: list[str] = field(default_factory=list)
+    text_chars: int = 0
+    truncated: bool = False
+    last_seen: float = 0.0
+
+
+class TracebackAssembler:
+    """Feeds lines in, gets complete tracebacks out; one state machine per (unit, pid)."""
+
+    def __init__(self, limits: Limits | None = None) -> None:
+        self.limits = limits or Limits()
+        self._pending: OrderedDict[tuple[str, int], _Pending] = OrderedDict()
+        self._previous: dict[tuple[str, int], str] = {}  # last plain line per process: a header candidate
+        self.consumed = False  # whether the last line fed became part of a traceback
+
+    def feed(self, line: LogLine) -> tuple[Traceback, ...] | list[Traceback]:
+        key = (line.unit, line.pid)
+        state = self._pending.get(key)
+        text = line.text
+        self.consumed = True
+        if state is None:
+            if "Traceback (most recent" not in text and not text.startswith('  File "'):
+                self.consumed = False
+                if text and not text[0].isspace() and len(text) < 300:
+                    self._previous[key] = text
+                    if len(self._previous) > self.limits.max_pending:
+                        self._previous.pop(next(iter(self._previous)))
+                return _EMPTY
+            return self._start(key, line, clean(text))
+        return self._continue(state, key, line, clean(text))
+
+    def flush(self, unit: str | None = None, pid: int | None = None) -> list[Traceback]:
+        """Finish tracebacks whose process died or whose unit stopped."""
+        done: list[Traceback] = []
+        for key in [k for k in self._pending if (unit is None or k[0] == unit) and (pid is None or k[1] == pid)]:
+            tb = self._finish(self._pending.pop(key))
+            if tb is not None:
+                done.append(tb)
+        if unit is not None:
+            for key in [k for k in self._previous if k[0] == unit]:
+                del self._previous[key]
+        return done
+
+    def flush_idle(self, now: float, quiet_seconds: float) -> list[Traceback]:
+        """Finish tracebacks that saw no line for `quiet_seconds` (the process printed its last words)."""
+        done: list[Traceback] = []
+        for key in [k for k, s in self._pending.items() if s.phase != "frames" and now - s.last_seen >= quiet_seconds]:
+            tb = self._finish(self._pending.pop(key))
+            if tb is not None:
+                done.append(tb)
+        return done
+
+    @property
+    def pending(self) -> int:
+        return len(self._pending)
+
+    # --- state machine -------------------------------------------------------------------
+
+    def _start(self, key: tuple[str, int], line: LogLine, text: str) -> list[Traceback]:
+        _, rank, body = split_prefix(text)
+        wrapper = ""
+        header = ""
+        at = body.find(TRACEBACK_HEAD)
+        if at > 0:
+            header = body[:at].rstrip()
+            m = _WRAPPER.search(header)
+            if m is not None:
+                wrapper = m.group("who")
+        elif at < 0:  # a log cut mid-traceback: begins with a frame line
+            header = ""
+        else:
+            header = self._previous.get(key, "")
+            if not header.startswith(_HEADER_STARTS):
+                header = ""
+        state = _Pending(
+            unit=line.unit,
+            pid=line.pid,
+            invocation=line.invocation,
+            timestamp=line.timestamp,
+            wrapper=wrapper,
+            rank=rank,
+            header=header,
+            last_seen=line.timestamp,
+        )
+        if at < 0:
+            state.truncated = True
+            self._frame_or_code(state, body)
+        self._append_text(state, text)
+        self._pending[key] = state
+        if len(self._pending) > self.limits.max_pending:
+            _, oldest = self._pending.popitem(last=False)
+            finished = self._finish(oldest)
+            return [finished] if finished is not None else []
+        return []
+
+    def _continue(self, state: _Pending, key: tuple[str, int], line: LogLine, text: str) -> list[Traceback]:
+        state.last_seen = line.timestamp or state.last_seen
+        prefixed, _, body = split_prefix(text)
+        if prefixed:
+            # the process logged a new record: whatever we had is complete
+            done = self._finish(self._pending.pop(key))
+            restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+            return [done, *restarted] if done is not None else list(restarted)
+        if body.startswith(TRACEBACK_HEAD):
+            if state.phase == "gap" or (state.phase == "frames" and not state.frames):
+                state.phase = "frames"
+                self._append_text(state, text)
+                return []
+            done = self._finish(self._pending.pop(key))
+            restarted = self._start(key, line, text)
+            return [done, *restarted] if done is not None else restarted
+        if state.phase == "frames":
+            if body.strip() == "" and not state.frames:
+                return []
+            if not self._frame_or_code(state, body):
+                self._exception_line(state, body)
+            self._append_text(state, text)
+            return []
+        if state.phase == "message":
+            if body in CHAIN_MARKERS:
+                self._close_exception(state)
+                state.phase = "gap"
+                self._append_text(state, text)
+                return []
+            if body.startswith(_HEADER_STARTS) or (state.wrapper and body.strip() == ""):
+                done = self._finish(self._pending.pop(key))
+                if body.strip():
+                    self._previous[key] = body
+                    self.consumed = False
+                return [done] if done is not None else []
+            if len(state.message) < self.limits.max_message_lines:
+                state.message.append(body)
+                self._append_text(state, text)
+            else:
+                state.truncated = True
+            return []
+        # gap between chained exceptions: blank lines, then the next Traceback
+        if body.strip() == "":
+            return []
+        done = self._finish(self._pending.pop(key))
+        self.consumed = False
+        return [done] if done is not None else []
+
+    def _frame_or_code(self, state: _Pending, body: str) -> bool:
+        """Consume a frame or source line; False when the line is the exception line."""
+        if body.startswith("  File ") or body.startswith('File "'):
+            m = _FRAME.match(body)
+            if m is not None:
+                frame = Frame(m.group("file"), int(m.group("line")), (m.group("func") or "").strip())
+                self._add_frame(state, frame)
+                return True
+        if body.startswith((" ", "\t")) or body.strip() == "" or _REPEATED.match(body):
+            if state.frames and body.startswith("    ") and not state.frames[-1].code:
+                code = body.strip()
+                if code and not set(code) <= {"^", "~", " "}:
+                    last = state.frames[-1]
+                    state.frames[-1] = Frame(last.file, last.line, last.function, code[:200])
+            return True
+        return False
+
+    def _add_frame(self, state: _Pending, frame: Frame) -> None:
+        frames = state.frames
+        frames.append(frame)
+        if len(frames) > self.limits.max_frames:
+            del frames[20]  # keep the entry point and the innermost frames
+            state.frames_dropped += 1
+
+    def _exception_line(self, state: _Pending, body: str) -> None:
+        m = _EXC_LINE.match(body)
+        if m is not None and (m.group("msg") is not None or _looks_like_type(m.group("type"))):
+            state.exc_type = m.group("type")
+            first = m.group("msg") or ""
+        else:
+            state.exc_type = ""
+            first = body
+        state.exc_line = body
+        state.message = [first]
+        state.phase = "message"
+
+    def _close_exception(self, state: _Pending) -> None:
+        if state.phase != "message":
+            return
+        lines = state.message
+        while len(lines) > 1 and not lines[-1].strip():
+            lines.pop()
+        state.chain.append(
+            ExceptionInfo(
+                type=state.exc_type,
+                message="\n".join(lines),
+                frames=tuple(state.frames),
+                line=state.exc_line,
+            )
+        )
+        state.frames = []
+        state.message = []
+        state.exc_type = ""
+        state.exc_line = ""
+
+    def _append_text(self, state: _Pending, text: str) -> None:
+        if state.text_chars + len(text) > self.limits.max_text_chars:
+            state.truncated = True
+            return
+        state.text.append(text)
+        state.text_chars += len(text) + 1
+
+    def _finish(self, state: _Pending) -> Traceback | None:
+        self._close_exception(state)
+        if not state.chain:
+            return None
+        return Traceback(
+            unit=state.unit,
+            pid=state.pid,
+            chain=tuple(state.chain),
+            timestamp=state.timestamp,
+            invocation=state.invocation,
+            wrapper=state.wrapper,
+            rank=state.rank,
+            header=state.header,
+            text="\n".join(state.text),
+            truncated=state.truncated or state.frames_dropped > 0,
+        )
+
+
+def _looks_like_type(name: str) -> bool:
+    short = name.rsplit(".", 1)[-1]
+    return short.endswith(("Error", "Exception", "Exit", "Interrupt", "Warning", "Iteration", "Failure")) or (
+        "." in name and short[:1].isupper()
+    )

@@ -1,0 +1,146 @@
+"""Crash-loop state per unit: healthy -> crash-looping -> failed -> recovered.
+
+SGLang may load weights for many minutes, so "N restarts in 5 minutes" misses a unit that
+dies every 8 minutes while loading. The detector counts crash-before-ready cycles instead:
+consecutive runs that died before SGLang said it was ready. Runs that crash after being
+ready count as runtime crashes within a window. Leaving a loop needs a run that stays up
+for the recovery window (and is ready, when the unit is an SGLang server); a loop that
+starts again soon after recovering is the same loop (no new alert, no new record).
+"""
+
+from __future__ import annotations
+
+from collections import Counter, deque
+from dataclasses import dataclass, field
+from enum import StrEnum
+
+from crashdoc.diagnosis.invocation import Invocation
+from crashdoc.diagnosis.rootcause import Finding
+
+
+class LoopState(StrEnum):
+    HEALTHY = "healthy"
+    LOOPING = "crash-looping"
+    FAILED = "failed"
+    RECOVERED = "recovered"
+    STOPPED = "stopped"
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    startup_crashes: int = 2  # consecutive crash-before-ready runs that make a loop
+    runtime_crashes: int = 3  # crashes after ready, within runtime_window, that make a loop
+    runtime_window: float = 600.0
+    recovery: float = 120.0  # a run must live this long (and be ready) to end a loop
+    flap_window: float = 600.0  # a loop that restarts this soon after recovery is the same loop
+    failed_grace: float = 15.0  # journal-only: "failed" without a restart for this long means failed
+
+
+@dataclass(slots=True)
+class Crash:
+    invocation: str
+    at: float
+    before_ready: bool
+    finding: Finding | None
+    exit: str | None
+    lifetime: float | None
+
+
+@dataclass(slots=True)
+class Transition:
+    unit: str
+    old: LoopState
+    new: LoopState
+    at: float
+    new_loop: bool = False  # a loop began (not a continuation after a short recovery)
+
+
+@dataclass(slots=True)
+class LoopTracker:
+    unit: str
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    state: LoopState = LoopState.HEALTHY
+    crashes: deque[Crash] = field(default_factory=lambda: deque(maxlen=200))
+    startup_streak: int = 0
+    loop_started_at: float | None = None
+    loop_crashes: list[Crash] = field(default_factory=list)
+    recovered_at: float | None = None
+    last_crash_at: float | None = None
+
+    @property
+    def looping(self) -> bool:
+        return self.state in (LoopState.LOOPING, LoopState.FAILED)
+
+    def on_crash(self, inv: Invocation, finding: Finding | None, at: float) -> Transition | None:
+        crash = Crash(inv.id, at, not inv.ready, finding, inv.exit_text(), inv.lifetime)
+        self.crashes.append(crash)
+        self.last_crash_at = at
+        self.startup_streak = self.startup_streak + 1 if crash.before_ready else 0
+        if self.looping:
+            self.loop_crashes.append(crash)
+            if inv.start_limit_hit:
+                return self._move(LoopState.FAILED, at)
+            return None
+        recent = [c for c in self.crashes if not c.before_ready and at - c.at <= self.thresholds.runtime_window]
+        if self.startup_streak >= self.thresholds.startup_crashes or len(recent) >= self.thresholds.runtime_crashes or (
+            inv.start_limit_hit
+        ):
+            count = self.startup_streak if self.startup_streak >= self.thresholds.startup_crashes else len(recent)
+            self.loop_crashes = list(self.crashes)[-max(count, 1):]
+            continuing = self.recovered_at is not None and at - self.recovered_at <= self.thresholds.flap_window
+            if not continuing or self.loop_started_at is None:
+                self.loop_started_at = self.loop_crashes[0].at
+            new = LoopState.FAILED if inv.start_limit_hit else LoopState.LOOPING
+            return self._move(new, at, new_loop=not continuing)
+        return None
+
+    def on_failed(self, at: float) -> Transition | None:
+        """The unit gave up (start limit hit, or failed without a restart)."""
+        if self.state is LoopState.FAILED:
+            return None
+        if self.loop_started_at is None:
+            self.loop_started_at = at
+        return self._move(LoopState.FAILED, at, new_loop=self.state is not LoopState.LOOPING)
+
+    def on_stopped(self, at: float) -> Transition | None:
+        """Someone stopped the unit: it is not crash-looping any more."""
+        if self.state is LoopState.STOPPED or not self.looping:
+            return None
+        self.startup_streak = 0
+        return self._move(LoopState.STOPPED, at)
+
+    def on_alive(self, inv: Invocation | None, now: float, sglang_unit: bool) -> Transition | None:
+        """Called on a timer and on new lines: has the current run lived long enough to end the loop?"""
+        if inv is None or inv.ended or (not self.looping and self.state is not LoopState.STOPPED):
+            return None
+        started = inv.started_at or inv.first_line_at
+        if not started or now - started < self.thresholds.recovery:
+            return None
+        if sglang_unit and not inv.ready:
+            return None
+        self.startup_streak = 0
+        if self.state is LoopState.STOPPED:
+            self.state = LoopState.HEALTHY
+            return None
+        self.recovered_at = now
+        return self._move(LoopState.RECOVERED, now)
+
+    def dominant(self) -> tuple[Finding | None, float, int]:
+        """The root cause most of this loop's crashes share, how sure we are, and how many crashes."""
+        crashes = self.loop_crashes or list(self.crashes)[-1:]
+        keyed = [(c.finding.signature_id or c.finding.fingerprint) if c.finding else None for c in crashes]
+        known = [k for k in keyed if k is not None]
+        if not known:
+            return None, 0.0, len(crashes)
+        key, count = Counter(known).most_common(1)[0]
+        latest = next(c.finding for c, k in zip(reversed(crashes), reversed(keyed), strict=True) if k == key)
+        confidence = count / len(crashes)
+        if latest is not None and latest.match is None:
+            confidence *= 0.6  # an unknown error: we know what raised, not that it is the cause
+        return latest, round(confidence, 2), len(crashes)
+
+    def _move(self, new: LoopState, at: float, new_loop: bool = False) -> Transition:
+        old, self.state = self.state, new
+        if new in (LoopState.RECOVERED, LoopState.STOPPED):
+            self.loop_crashes = []
+        return Transition(self.unit, old, new, at, new_loop)

@@ -1,0 +1,424 @@
+"""The diagnosis engine: lines, PID 1's records and unit state in; crash records, loop state and
+diagnoses out.
+
+The same engine serves the daemon (fed live from journald and D-Bus, ticked by a timer),
+`crashdoc diagnose` (fed from journal files, then finished) and `crashdoc explain` (fed
+from pasted text). It does no I/O: outputs drain `events()` and read `units()`.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter, OrderedDict
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass, field
+
+from crashdoc.assembly.markers import find_marker, parse_server_args
+from crashdoc.assembly.traceback import TracebackAssembler
+from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Thresholds, Transition
+from crashdoc.diagnosis.invocation import Invocation, LineHit
+from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
+from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause
+from crashdoc.events import Diagnosis, Lifecycle, LifecycleRecord, LogLine, Traceback, UnitState
+from crashdoc.matching.matcher import Facts, Matcher
+
+MAX_INVOCATIONS = 16
+QUIET_SECONDS = 1.0  # a process with an unfinished traceback that stays quiet this long is done
+
+
+@dataclass(slots=True)
+class EngineEvent:
+    kind: str  # crash | loop-started | loop-updated | recovered | failed | stopped | line-failure
+    unit: str
+    at: float
+    diagnosis: Diagnosis | None = None
+    transition: Transition | None = None
+
+
+@dataclass(slots=True)
+class UnitRecord:
+    """Everything the engine knows about one unit."""
+
+    name: str
+    role: str
+    loop: LoopTracker
+    invocations: OrderedDict[str, Invocation] = field(default_factory=OrderedDict)
+    current: Invocation | None = None
+    restarts_total: int = 0  # PID 1's restart-scheduled records seen
+    n_restarts: int | None = None  # systemd's NRestarts (since the last manual start/reset)
+    state: UnitState | None = None
+    crashes_by_signature: Counter[str] = field(default_factory=Counter)
+    crashes_total: int = 0
+    last_crash_at: float | None = None
+    diagnosis: Diagnosis | None = None  # the current loop's diagnosis
+    last_diagnosis: Diagnosis | None = None
+    last_good_cmdline: tuple[str, ...] = ()
+    line_failures: Counter[str] = field(default_factory=Counter)
+    pending_end: Invocation | None = None  # ended, waiting for PID 1's verdict
+    sglang: bool = False
+
+    @property
+    def crashloop(self) -> bool:
+        return self.loop.looping
+
+    @property
+    def failed(self) -> bool:
+        return self.loop.state is LoopState.FAILED
+
+
+class Engine:
+    def __init__(
+        self,
+        matcher: Matcher | Callable[[], Matcher],
+        *,
+        thresholds: Thresholds | None = None,
+        role_of: Callable[[str], str | None] = lambda unit: "any",
+        builder: DiagnosisBuilder | None = None,
+        quiet_seconds: float = QUIET_SECONDS,
+    ) -> None:
+        self._matcher = matcher if callable(matcher) and not isinstance(matcher, Matcher) else (lambda: matcher)
+        self.thresholds = thresholds or Thresholds()
+        self.role_of = role_of
+        self.builder = builder or DiagnosisBuilder()
+        self.quiet_seconds = quiet_seconds
+        self.assembler = TracebackAssembler()
+        self._units: dict[str, UnitRecord] = {}
+        self._events: list[EngineEvent] = []
+        self._synthetic = itertools.count(1)
+        self.now = 0.0
+
+    @property
+    def matcher(self) -> Matcher:
+        return self._matcher()
+
+    # --- inputs --------------------------------------------------------------------------
+
+    def watch(self, unit: str) -> UnitRecord | None:
+        """The unit's record, created on first sight when the unit is watched."""
+        rec = self._units.get(unit)
+        if rec is None:
+            role = self.role_of(unit)
+            if role is None:
+                return None
+            rec = self._units[unit] = UnitRecord(unit, role, LoopTracker(unit, self.thresholds))
+        return rec
+
+    def on_line(self, line: LogLine) -> None:
+        rec = self.watch(line.unit)
+        if rec is None:
+            return
+        if line.timestamp:
+            self.now = max(self.now, line.timestamp)
+        inv = self._invocation_for(rec, line.invocation, line.timestamp)
+        inv.add_line(line)
+        done = self.assembler.feed(line)
+        for tb in done:
+            self._add_traceback(rec, tb)
+        if self.assembler.consumed:
+            return
+        marker = find_marker(line)
+        if marker is not None:
+            if marker.kind == "server-args":
+                inv.server_flags = parse_server_args(line.text)
+                inv.sglang = rec.sglang = True
+            inv.add_marker(marker)
+            return
+        matcher = self.matcher
+        if matcher.has_line_signatures:
+            match = matcher.match_line(line.text)
+            if match is not None:
+                inv.add_line_hit(LineHit(match, line))
+                sig = matcher.library.get(match.signature_id)
+                if sig is not None and sig.severity != "critical":
+                    rec.line_failures[match.signature_id] += 1
+                    self._events.append(EngineEvent("line-failure", rec.name, line.timestamp))
+
+    def on_lifecycle(self, record: LifecycleRecord) -> None:
+        rec = self.watch(record.unit)
+        if rec is None:
+            return
+        if record.timestamp:
+            self.now = max(self.now, record.timestamp)
+        kind = record.kind
+        if kind is Lifecycle.STARTED:
+            self._settle(rec)
+            self._new_invocation(rec, record.invocation, record.timestamp)
+            return
+        if kind is Lifecycle.RESTART_SCHEDULED:
+            rec.restarts_total += 1
+            if record.n_restarts is not None:
+                rec.n_restarts = record.n_restarts
+        inv = self._invocation_for(rec, record.invocation, record.timestamp, create=False)
+        if inv is None:
+            inv = rec.pending_end or rec.current
+        if inv is None:
+            inv = self._new_invocation(rec, record.invocation, record.timestamp)
+        if kind in (Lifecycle.EXITED, Lifecycle.FAILED, Lifecycle.OOM_KILL, Lifecycle.DEACTIVATED):
+            for tb in self.assembler.flush(unit=rec.name):
+                self._add_traceback(rec, tb)
+        inv.apply(record)
+        if kind in (Lifecycle.EXITED, Lifecycle.OOM_KILL, Lifecycle.DEACTIVATED) or (
+            kind is Lifecycle.FAILED and not inv.ended
+        ):
+            rec.pending_end = inv
+        if kind in (Lifecycle.FAILED, Lifecycle.RESTART_SCHEDULED, Lifecycle.DEACTIVATED, Lifecycle.JOB_FAILED):
+            self._settle(rec)
+        if kind is Lifecycle.START_LIMIT_HIT or (kind is Lifecycle.FAILED and record.result == "start-limit-hit"):
+            self._transition(rec, rec.loop.on_failed(record.timestamp or self.now))
+
+    def on_unit_state(self, state: UnitState) -> None:
+        rec = self.watch(state.unit)
+        if rec is None:
+            return
+        previous = rec.state
+        rec.state = state
+        if state.timestamp:
+            self.now = max(self.now, state.timestamp)
+        if state.n_restarts is not None:
+            if rec.n_restarts is not None and state.n_restarts < rec.n_restarts:
+                rec.restarts_total += 0  # a reset (manual restart, reset-failed): the counter keeps counting
+            rec.n_restarts = state.n_restarts
+        if state.exec_start and rec.current is not None and not rec.current.cmdline:
+            rec.current.cmdline = state.exec_start
+        if state.active_state == "failed" and (previous is None or previous.active_state != "failed"):
+            self._settle(rec)
+            if rec.loop.looping or rec.crashes_total:
+                self._transition(rec, rec.loop.on_failed(state.timestamp or self.now))
+        elif state.active_state in ("inactive",) and state.sub_state == "dead":
+            self._settle(rec)
+            self._transition(rec, rec.loop.on_stopped(state.timestamp or self.now))
+
+    def tick(self, now: float) -> None:
+        """Time passes: finish quiet tracebacks, settle ended runs, check recovery."""
+        self.now = max(self.now, now)
+        for tb in self.assembler.flush_idle(now, self.quiet_seconds):
+            rec = self._units.get(tb.unit)
+            if rec is not None:
+                self._add_traceback(rec, tb)
+        for rec in self._units.values():
+            if rec.pending_end is not None and now - (rec.pending_end.ended_at or now) >= 1.0:
+                self._settle(rec)
+            inv = rec.current
+            if inv is not None and not inv.ended:
+                transition = rec.loop.on_alive(inv, now, rec.sglang)
+                if transition is not None:
+                    rec.last_good_cmdline = inv.cmdline or rec.last_good_cmdline
+                self._transition(rec, transition)
+            elif (
+                inv is not None
+                and inv.ended
+                and rec.loop.looping
+                and rec.loop.state is not LoopState.FAILED
+                and rec.state is None
+                and now - (inv.ended_at or now) >= self.thresholds.failed_grace
+            ):
+                # journal only: the unit died and nothing restarted it
+                self._transition(rec, rec.loop.on_failed(now))
+
+    def finish(self) -> None:
+        """End of a one-shot input: whatever is still open is judged on what was seen."""
+        for tb in self.assembler.flush():
+            rec = self._units.get(tb.unit)
+            if rec is not None:
+                self._add_traceback(rec, tb)
+        for rec in self._units.values():
+            if rec.current is not None and not rec.current.ended and rec.current.crashed:
+                rec.current.ended_by_input = True
+                rec.current.ended_at = rec.current.last_line_at
+                rec.pending_end = rec.current
+            self._settle(rec)
+
+    # --- outputs -------------------------------------------------------------------------
+
+    def units(self) -> dict[str, UnitRecord]:
+        return self._units
+
+    def events(self) -> list[EngineEvent]:
+        """Drain what happened since the last call (for alerts and journal records)."""
+        out, self._events = self._events, []
+        return out
+
+    def diagnoses(self, units: Iterable[str] | None = None) -> list[Diagnosis]:
+        """Every current diagnosis, the most likely root cause first.
+
+        A unit in a loop gives the loop's diagnosis; otherwise each distinct crash gives one,
+        and non-fatal failures that line-level signatures saw follow.
+        """
+        wanted = set(units) if units is not None else None
+        result: list[tuple[tuple[int, int, float], Diagnosis]] = []
+        for rec in self._units.values():
+            if wanted is not None and rec.name not in wanted:
+                continue
+            if rec.diagnosis is not None:
+                result.append(((0, 0, -rec.diagnosis.crashes), rec.diagnosis))
+                continue
+            for rank, diagnosis in enumerate(self._crash_diagnoses(rec)):
+                result.append(((1, rank, -diagnosis.crashes), diagnosis))
+            for diagnosis in self._line_diagnoses(rec):
+                result.append(((2, 0, -diagnosis.crashes), diagnosis))
+        severity = {"critical": 0, "warning": 1, "info": 2}
+        result.sort(key=lambda item: (item[0][0], severity.get(item[1].severity, 3), item[0][2], item[0][1]))
+        return [d for _, d in result]
+
+    # --- internals -----------------------------------------------------------------------
+
+    def _invocation_for(
+        self, rec: UnitRecord, invocation: str, timestamp: float, create: bool = True
+    ) -> Invocation | None:
+        if invocation:
+            inv = rec.invocations.get(invocation)
+            if inv is not None:
+                return inv
+            if not create:
+                return None
+            self._settle(rec)
+            return self._new_invocation(rec, invocation, timestamp)
+        inv = rec.current
+        if inv is not None and (not inv.ended or not create):
+            return inv
+        if not create:
+            return inv
+        self._settle(rec)
+        return self._new_invocation(rec, "", timestamp)
+
+    def _new_invocation(self, rec: UnitRecord, invocation: str, timestamp: float) -> Invocation:
+        inv_id = invocation or f"run-{next(self._synthetic)}"
+        current = rec.current
+        if current is not None and not invocation and not current.ended and not current.lines:
+            current.started_at = current.started_at or timestamp  # "Started" before any line: same run
+            return current
+        inv = Invocation(rec.name, inv_id, started_at=timestamp)
+        if rec.state is not None and rec.state.exec_start:
+            inv.cmdline = rec.state.exec_start
+        rec.invocations[inv_id] = inv
+        while len(rec.invocations) > MAX_INVOCATIONS:
+            rec.invocations.popitem(last=False)
+        rec.current = inv
+        return inv
+
+    def _add_traceback(self, rec: UnitRecord, tb: Traceback) -> None:
+        inv = rec.invocations.get(tb.invocation) if tb.invocation else None
+        if inv is None:
+            inv = rec.current or self._new_invocation(rec, tb.invocation, tb.timestamp)
+        inv.add_traceback(tb)
+
+    def _facts(self, rec: UnitRecord, inv: Invocation) -> Facts:
+        flags = dict(inv.server_flags)
+        flags.update(self.builder.flags_of(inv.cmdline))
+        return Facts(
+            flags=flags,
+            model=flags.get("--model-path", "") or flags.get("--model", ""),
+            disaggregation_mode=flags.get("--disaggregation-mode", ""),
+            role=rec.role if rec.role != "any" else "",
+        )
+
+    def _settle(self, rec: UnitRecord) -> None:
+        """Judge the run that ended: a crash updates the loop state and the diagnosis."""
+        inv = rec.pending_end
+        if inv is None:
+            return
+        rec.pending_end = None
+        if not inv.crashed:
+            if not inv.tracebacks and inv.ready:
+                rec.last_good_cmdline = inv.cmdline or rec.last_good_cmdline
+            return
+        matcher = self.matcher
+        finding = root_cause(inv, matcher, self._facts(rec, inv))
+        at = inv.ended_at or inv.last_line_at or self.now
+        rec.crashes_total += 1
+        rec.last_crash_at = at
+        key = finding.signature_id if finding is not None and finding.signature_id else "unknown"
+        rec.crashes_by_signature[key] += 1
+        transition = rec.loop.on_crash(inv, finding, at)
+        crash_diagnosis = self._build(rec, inv, finding, crashes=1, confidence=1.0) if finding else None
+        self._events.append(EngineEvent("crash", rec.name, at, crash_diagnosis))
+        self._transition(rec, transition)
+        if rec.loop.looping and transition is None:
+            self._refresh_loop_diagnosis(rec, "loop-updated")
+
+    def _transition(self, rec: UnitRecord, transition: Transition | None) -> None:
+        if transition is None:
+            return
+        new = transition.new
+        if new in (LoopState.LOOPING, LoopState.FAILED):
+            kind = "loop-started" if transition.new_loop else ("failed" if new is LoopState.FAILED else "loop-updated")
+            self._refresh_loop_diagnosis(rec, kind, transition)
+        elif new in (LoopState.RECOVERED, LoopState.STOPPED):
+            rec.last_diagnosis = rec.diagnosis or rec.last_diagnosis
+            rec.diagnosis = None
+            self._events.append(
+                EngineEvent("recovered" if new is LoopState.RECOVERED else "stopped", rec.name, transition.at,
+                            rec.last_diagnosis, transition)
+            )
+
+    def _refresh_loop_diagnosis(self, rec: UnitRecord, kind: str, transition: Transition | None = None) -> None:
+        finding, confidence, crashes = rec.loop.dominant()
+        inv = self._invocation_of(rec, finding)
+        if finding is None:
+            diagnosis = self.builder.unexplained(rec.name, self._context(rec, inv), crashes)
+        else:
+            diagnosis = self._build(rec, inv, finding, crashes=crashes, confidence=confidence)
+        changed = rec.diagnosis is None or (rec.diagnosis.signature, rec.diagnosis.fingerprint) != (
+            diagnosis.signature,
+            diagnosis.fingerprint,
+        )
+        rec.diagnosis = diagnosis
+        if kind != "loop-updated" or changed:
+            self._events.append(EngineEvent(kind, rec.name, self.now, diagnosis, transition))
+
+    def _invocation_of(self, rec: UnitRecord, finding: Finding | None) -> Invocation | None:
+        if finding is not None and finding.traceback is not None:
+            inv = rec.invocations.get(finding.traceback.invocation)
+            if inv is not None:
+                return inv
+        for inv in reversed(rec.invocations.values()):
+            if inv.crashed:
+                return inv
+        return rec.current
+
+    def _context(self, rec: UnitRecord, inv: Invocation | None) -> UnitContext:
+        facts = self._facts(rec, inv) if inv is not None else Facts()
+        cmdline = (inv.cmdline if inv is not None else ()) or (rec.state.exec_start if rec.state else ())
+        return UnitContext(
+            unit=rec.name,
+            role=rec.role,
+            n_restarts=rec.n_restarts,
+            facts=facts,
+            cmdline=cmdline,
+            last_good_cmdline=rec.last_good_cmdline,
+            invocation=inv,
+            state=rec.state,
+        )
+
+    def _build(
+        self, rec: UnitRecord, inv: Invocation | None, finding: Finding, crashes: int, confidence: float
+    ) -> Diagnosis:
+        return self.builder.build(finding, self._context(rec, inv), self.matcher.library, crashes, confidence)
+
+    def _crash_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
+        groups: dict[str, tuple[Finding, Invocation, int]] = {}
+        matcher = self.matcher
+        for inv in rec.invocations.values():
+            if not inv.crashed or (not inv.ended and not inv.ended_by_input):
+                continue
+            finding = root_cause(inv, matcher, self._facts(rec, inv))
+            if finding is None:
+                continue
+            key = finding.signature_id or finding.fingerprint
+            count = groups[key][2] + 1 if key in groups else 1
+            groups[key] = (finding, inv, count)
+        return [self._build(rec, inv, f, crashes=n, confidence=1.0) for f, inv, n in groups.values()]
+
+    def _line_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
+        matcher = self.matcher
+        found: dict[str, tuple[Finding, Invocation, int]] = {}
+        for inv in rec.invocations.values():
+            for finding in line_findings(inv, matcher):
+                if inv.crashed and finding.match is not None:
+                    sig = matcher.library.get(finding.match.signature_id)
+                    if sig is not None and sig.severity == "critical":
+                        continue  # already the crash's root cause or its evidence
+                key = finding.signature_id or finding.fingerprint
+                count = found[key][2] + len(finding.processes) if key in found else len(finding.processes)
+                found[key] = (finding, inv, count)
+        return [self._build(rec, inv, f, crashes=n, confidence=1.0) for f, inv, n in found.values()]

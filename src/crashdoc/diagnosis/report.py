@@ -1,0 +1,162 @@
+"""Turning a finding into the diagnosis an on-call engineer reads.
+
+The signature gives the title, category, severity and the structured fix; the unit gives
+the real command line the fix is applied to and the restart count; the finding gives the
+root-cause line and the evidence. Unknown failures still get a title, a guessed category
+and a stable fingerprint.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crashdoc.diagnosis.invocation import Invocation
+from crashdoc.diagnosis.rootcause import Finding
+from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
+from crashdoc.matching.library import Library, Signature
+from crashdoc.matching.matcher import Facts
+from crashdoc.matching.templates import render, render_text
+
+MAX_MESSAGE_CHARS = 4000
+
+FixSynthesizer = Callable[["UnitContext", list[FlagChange], Fix], None]
+FlagReader = Callable[[tuple[str, ...]], dict[str, str]]
+
+
+@dataclass(slots=True)
+class UnitContext:
+    unit: str
+    role: str = "any"
+    n_restarts: int | None = None
+    facts: Facts = field(default_factory=Facts)
+    cmdline: tuple[str, ...] = ()
+    last_good_cmdline: tuple[str, ...] = ()
+    invocation: Invocation | None = None
+    state: UnitState | None = None
+
+
+def _no_fix(ctx: UnitContext, changes: list[FlagChange], fix: Fix) -> None:
+    return None
+
+
+def _no_flags(cmdline: tuple[str, ...]) -> dict[str, str]:
+    return {}
+
+
+class DiagnosisBuilder:
+    """Builds diagnoses; the fix synthesizer and flag reader are injected so tests and the
+    one-shot commands can run without a unit on disk."""
+
+    def __init__(self, synthesize: FixSynthesizer | None = None, flags_of: FlagReader | None = None) -> None:
+        self._synthesize = synthesize or _no_fix
+        self._flags_of = flags_of or _no_flags
+
+    def flags_of(self, cmdline: tuple[str, ...]) -> dict[str, str]:
+        return self._flags_of(cmdline) if cmdline else {}
+
+    def build(
+        self, finding: Finding, ctx: UnitContext, library: Library, crashes: int = 1, confidence: float = 1.0
+    ) -> Diagnosis:
+        sig = library.get(finding.signature_id) if finding.signature_id else None
+        captures = dict(finding.match.captures) if finding.match else {}
+        if sig is not None:
+            title, category, severity = sig.title, sig.category, sig.severity
+            flags = list(sig.flags)
+            fix = self._fix_from_signature(sig, captures, ctx)
+        else:
+            title = _unknown_title(finding)
+            category = finding.category_guess
+            severity = "critical" if finding.kind != "line" else "warning"
+            flags = []
+            fix = Fix(summary=_unknown_advice(finding))
+        inv = ctx.invocation
+        evidence = list(finding.evidence)
+        if ctx.n_restarts is not None:
+            evidence.append(f"systemd restarted the unit {ctx.n_restarts} time(s) (NRestarts)")
+        if crashes > 1:
+            evidence.append(f"{crashes} crashes in this loop share this root cause (confidence {confidence:.2f})")
+        return Diagnosis(
+            unit=ctx.unit,
+            signature=sig.id if sig else None,
+            title=title,
+            category=category,
+            severity=severity,
+            root_cause=RootCause(
+                type=finding.type,
+                message=finding.message[:MAX_MESSAGE_CHARS],
+                line=finding.line,
+            ),
+            flags=flags,
+            fix=fix,
+            fingerprint=finding.fingerprint,
+            evidence=evidence,
+            restarts=ctx.n_restarts,
+            invocation=inv.id if inv is not None and not inv.id.startswith("run-") else "",
+            captures=captures,
+            confidence=confidence,
+            crashes=crashes,
+            exit=inv.exit_text() if inv is not None else None,
+            timestamp=finding.timestamp,
+        )
+
+    def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:
+        """A loop whose crashes left nothing to go on: say so, with what systemd saw."""
+        inv = ctx.invocation
+        exit_text = inv.exit_text() if inv is not None else None
+        evidence = [f"main process {exit_text}"] if exit_text else []
+        if ctx.n_restarts is not None:
+            evidence.append(f"systemd restarted the unit {ctx.n_restarts} time(s) (NRestarts)")
+        return Diagnosis(
+            unit=unit,
+            signature=None,
+            title="Crash loop without a logged error",
+            category="other",
+            severity="critical",
+            root_cause=RootCause(type="", message="the unit's processes died without logging a traceback", line=""),
+            flags=[],
+            fix=Fix(summary="No error was logged. Check `journalctl -u UNIT -o verbose` around the exits, "
+                    "`dmesg -T | grep -i oom`, and `coredumpctl list UNIT`."),
+            fingerprint="unexplained",
+            evidence=evidence,
+            restarts=ctx.n_restarts,
+            crashes=crashes,
+            confidence=0.0,
+            exit=exit_text,
+        )
+
+    def _fix_from_signature(self, sig: Signature, captures: dict[str, str], ctx: UnitContext) -> Fix:
+        flags = ctx.facts.flags
+        changes: list[FlagChange] = []
+        warnings: list[str] = []
+        for change in sig.changes:
+            value = change.value
+            if value is not None and "${" in value:
+                rendered = render(value, captures, flags)
+                if rendered is None:
+                    warnings.append(
+                        f"the value for {change.new_flag or change.flag} depends on something not in the log; "
+                        f"choose it by hand ({value})"
+                    )
+                value = rendered
+            changes.append(FlagChange(change.action, change.flag, value, change.new_flag))
+        fix = Fix(summary=render_text(sig.fix_summary, captures, flags), changes=changes, warnings=warnings)
+        if changes:
+            self._synthesize(ctx, changes, fix)
+        return fix
+
+
+def _unknown_title(finding: Finding) -> str:
+    if finding.kind == "exit":
+        return f"Crash without a traceback: {finding.line}"
+    first = finding.line.strip() or f"{finding.type}: {finding.message.split(chr(10), 1)[0]}"
+    return (first[:117] + "...") if len(first) > 120 else first
+
+
+def _unknown_advice(finding: Finding) -> str:
+    if finding.kind == "exit":
+        return ("No signature knows this exit. If it was SIGKILL without a traceback, check the kernel OOM killer "
+                "(`dmesg -T | grep -i oom`) and the unit's MemoryMax=; a core dump points at a native crash "
+                "(`coredumpctl info`).")
+    return ("No signature knows this error yet. The root-cause line and fingerprint identify it across restarts; "
+            "`crashdoc signatures mine` and the runbook template help to add one.")

@@ -1,0 +1,206 @@
+"""Choosing the root cause of one crash.
+
+SGLang's failures arrive with a lot of company: every TP rank raises the same error, the
+launcher raises "Rank N scheduler died" after a child dies, sibling ranks throw NCCL and
+TCPStore errors once a peer is gone. The root cause is the first failing traceback of the
+run, among those logged shortly before it died; consequences of a child's death and
+interrupts never win. Without any traceback, a line-level signature or the way the process
+ended (OOM kill, core dump, signal) is the best evidence there is.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+
+from crashdoc.assembly.fingerprint import fingerprint_text, fingerprint_traceback
+from crashdoc.diagnosis.category import guess_category
+from crashdoc.diagnosis.invocation import Invocation
+from crashdoc.events import ExceptionInfo, Match, Traceback
+from crashdoc.matching.matcher import Facts, Matcher
+
+ROOT_WINDOW_SECONDS = 120.0
+_CONSEQUENCE_TYPES = ("KeyboardInterrupt", "SystemExit", "CancelledError", "BrokenPipeError")
+_CONSEQUENCE_MESSAGES = (
+    re.compile(r"scheduler died during initialization"),
+    re.compile(r"kill_process_tree: \d+ process\(es\) not reaped"),
+    re.compile(r"^Initialization failed\. Please see the error messages above"),
+)
+_EMBEDDED_ERROR = re.compile(r"^\s*(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?:\(|: )")
+
+
+@dataclass(slots=True)
+class Finding:
+    """The root cause of a crash, or a failure that a line-level signature saw."""
+
+    kind: str  # traceback | line | exit
+    fingerprint: str
+    type: str
+    message: str
+    line: str
+    match: Match | None = None
+    traceback: Traceback | None = None
+    category_guess: str = "other"
+    evidence: list[str] = field(default_factory=list)
+    timestamp: float = 0.0
+    processes: list[str] = field(default_factory=list)  # the ranks or PIDs that raised it
+
+    @property
+    def signature_id(self) -> str | None:
+        return self.match.signature_id if self.match else None
+
+
+def is_consequence(tb: Traceback) -> bool:
+    exc = tb.final
+    if exc.short_type in _CONSEQUENCE_TYPES:
+        return True
+    return any(p.search(exc.message) for p in _CONSEQUENCE_MESSAGES)
+
+
+def traceback_finding(tb: Traceback, matcher: Matcher, facts: Facts) -> Finding:
+    matches = matcher.match_traceback(tb, facts)
+    exc = tb.final
+    match = matches[0] if matches else None
+    line = match.line if match else _key_line(exc)
+    return Finding(
+        kind="traceback",
+        fingerprint=fingerprint_traceback(tb),
+        type=exc.type,
+        message=exc.message,
+        line=line,
+        match=match,
+        traceback=tb,
+        category_guess=guess_category(exc),
+        timestamp=tb.timestamp,
+    )
+
+
+def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | None:
+    """The finding that best explains why this run died (None when nothing says)."""
+    candidates = [tb for tb in inv.tracebacks if not is_consequence(tb)] or list(inv.tracebacks)
+    if candidates:
+        last = max(tb.timestamp for tb in candidates)
+        if last:
+            candidates = [tb for tb in candidates if tb.timestamp >= last - ROOT_WINDOW_SECONDS] or candidates
+        chosen = traceback_finding(candidates[0], matcher, facts)
+        if chosen.match is None:
+            # a later traceback of the same burst may be the one a signature knows (e.g. the
+            # launcher's own error after an unknown child failure): prefer knowledge over order
+            # only when it is the same failure seen from another process
+            for tb in candidates[1:]:
+                other = traceback_finding(tb, matcher, facts)
+                if other.match is not None and other.fingerprint == chosen.fingerprint:
+                    chosen = other
+                    break
+        _add_traceback_evidence(chosen, inv)
+        return chosen
+    critical = [h for h in inv.line_hits if _severity(matcher, h.match) == "critical"]
+    if critical:
+        hit = critical[-1]
+        finding = Finding(
+            kind="line",
+            fingerprint=fingerprint_text(hit.match.signature_id, hit.match.line),
+            type="",
+            message=hit.match.line,
+            line=hit.match.line,
+            match=hit.match,
+            timestamp=hit.line.timestamp,
+        )
+        finding.evidence.append(hit.line.text.strip())
+        _add_exit_evidence(finding, inv)
+        return finding
+    if not inv.crashed or (inv.exit_code is None and not inv.oom_killed and not inv.result):
+        return None
+    status = inv.exit_status
+    result = "oom-kill" if inv.oom_killed else inv.result
+    matches = matcher.match_exit(inv.exit_code, status, result)
+    exit_text = inv.exit_text() or (f"result {inv.result}" if inv.result else "ended")
+    finding = Finding(
+        kind="exit",
+        fingerprint=fingerprint_text("exit", inv.exit_code or "", status or "", result or ""),
+        type="",
+        message=f"the main process {exit_text} without logging a traceback",
+        line=exit_text,
+        match=matches[0] if matches else None,
+        category_guess="memory" if inv.oom_killed else "other",
+        timestamp=inv.ended_at or 0.0,
+    )
+    _add_exit_evidence(finding, inv)
+    return finding
+
+
+def line_findings(inv: Invocation, matcher: Matcher) -> list[Finding]:
+    """Non-fatal failures a line-level signature saw, one per signature."""
+    seen: dict[str, Finding] = {}
+    for hit in inv.line_hits:
+        sig_id = hit.match.signature_id
+        if sig_id in seen:
+            seen[sig_id].processes.append(str(hit.line.pid))
+            continue
+        seen[sig_id] = Finding(
+            kind="line",
+            fingerprint=fingerprint_text(sig_id, hit.match.line),
+            type="",
+            message=hit.match.line,
+            line=hit.match.line,
+            match=hit.match,
+            timestamp=hit.line.timestamp,
+            evidence=[hit.line.text.strip()],
+            processes=[str(hit.line.pid)],
+        )
+    return list(seen.values())
+
+
+def _severity(matcher: Matcher, match: Match) -> str:
+    sig = matcher.library.get(match.signature_id)
+    return sig.severity if sig else "warning"
+
+
+def _key_line(exc: ExceptionInfo) -> str:
+    """The printed line that states the error; for compiler errors, the error embedded in the message."""
+    if exc.short_type == "CompilationError" or not exc.type:
+        for line in exc.message.split("\n")[1:]:
+            if _EMBEDDED_ERROR.match(line):
+                return line.strip()
+    return exc.line or f"{exc.type}: {exc.message.split(chr(10), 1)[0]}"
+
+
+def _add_traceback_evidence(finding: Finding, inv: Invocation) -> None:
+    tb = finding.traceback
+    assert tb is not None
+    same = [t for t in inv.tracebacks if fingerprint_traceback(t) == finding.fingerprint]
+    finding.processes = sorted({t.rank or f"pid {t.pid}" for t in same})
+    who = f"{tb.wrapper} process" if tb.wrapper else "main process"
+    where = f" ({tb.rank})" if tb.rank else ""
+    finding.evidence.append(f"{who}{where} raised: {finding.line}")
+    if tb.header and tb.header != finding.line:
+        finding.evidence.append(f"logged as: {tb.header[:200]}")
+    if len(finding.processes) > 1:
+        names = ", ".join(finding.processes[:16])
+        finding.evidence.append(f"the same error in {len(finding.processes)} processes: {names}")
+    frames = tb.final.frames
+    if frames:
+        f = frames[-1]
+        finding.evidence.append(f"raised at {f.file}:{f.line} in {f.function}")
+    others = {fingerprint_traceback(t) for t in inv.tracebacks} - {finding.fingerprint}
+    if others:
+        finding.evidence.append(f"{len(others)} other traceback(s) in this run treated as consequences")
+    for marker in inv.markers:
+        if marker.kind in ("sigquit", "child-crashed", "watchdog-timeout", "warmup-failed"):
+            finding.evidence.append(marker.text[:200])
+            break
+    _add_exit_evidence(finding, inv)
+
+
+def _add_exit_evidence(finding: Finding, inv: Invocation) -> None:
+    exit_text = inv.exit_text()
+    if exit_text:
+        tb = finding.traceback
+        if tb is not None and tb.wrapper and inv.exit_status in ("9", "KILL"):
+            exit_text += " (SGLang's launcher kills its whole process tree after a child's exception)"
+        finding.evidence.append(f"main process {exit_text}")
+    if inv.result:
+        finding.evidence.append(f"unit result: {inv.result}")
+    if inv.lifetime is not None and inv.lifetime > 0:
+        phase = "after SGLang reported ready" if inv.ready else "before SGLang reported ready"
+        finding.evidence.append(f"died {inv.lifetime:.1f} s after start, {phase}")

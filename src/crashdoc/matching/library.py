@@ -1,0 +1,347 @@
+"""Loading the signature library: YAML files validated against the shipped JSON Schema.
+
+Every problem names the file and line so that a broken edit can be fixed from the error
+alone; a library with problems is rejected as a whole, which lets the caller keep the last
+good one (hot reload relies on that).
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from functools import cache
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import jsonschema
+import re2
+import yaml
+
+from crashdoc.events import FlagChange
+
+MAX_FILE_BYTES = 4 * 1024 * 1024
+
+
+@dataclass(frozen=True, slots=True)
+class Problem:
+    file: str
+    line: int
+    message: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
+
+
+class LibraryError(Exception):
+    """The library could not be loaded; `problems` lists every reason."""
+
+    def __init__(self, problems: Sequence[Problem]) -> None:
+        self.problems = list(problems)
+        super().__init__("\n".join(str(p) for p in self.problems))
+
+
+@dataclass(frozen=True, slots=True)
+class Example:
+    text: str
+    captures: dict[str, str] = field(default_factory=dict)
+    context: dict[str, str] = field(default_factory=dict)
+    exit: dict[str, str] = field(default_factory=dict)
+    note: str = ""
+    line: int = 0  # where it is written, for error messages
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    id: str
+    title: str
+    category: str
+    severity: str
+    runbook: str
+    fix_summary: str
+    roles: tuple[str, ...] = ("any",)
+    flags: tuple[str, ...] = ()
+    changes: tuple[FlagChange, ...] = ()  # values and flags may hold ${...} templates
+    safety: str | None = None
+    exception_types: tuple[str, ...] = ()
+    message: str | None = None  # RE2 pattern searched in the exception message
+    frame: str | None = None  # RE2 pattern searched in "file:function" of each frame
+    line: str | None = None  # RE2 pattern for line-level signatures
+    context: dict[str, str] = field(default_factory=dict)
+    exit: dict[str, tuple[str, ...]] = field(default_factory=dict)
+    priority: int = 0
+    sglang: str = ""
+    source: str = ""
+    examples: tuple[Example, ...] = ()
+    near_misses: tuple[Example, ...] = ()
+    origin: str = ""  # file:line where the signature is defined
+
+    @property
+    def kind(self) -> str:
+        if self.line is not None:
+            return "line"
+        if self.exception_types or self.message is not None:
+            return "traceback"
+        return "exit"
+
+
+@dataclass(frozen=True, slots=True)
+class Library:
+    signatures: tuple[Signature, ...]
+    folders: tuple[str, ...] = ()
+
+    def get(self, signature_id: str) -> Signature | None:
+        return self._index().get(signature_id)
+
+    def _index(self) -> dict[str, Signature]:
+        return {s.id: s for s in self.signatures}
+
+    def __len__(self) -> int:
+        return len(self.signatures)
+
+
+def builtin_signature_dirs() -> list[Path]:
+    """The shipped library: inside the installed package, or the repository's folder when run from source."""
+    packaged = Path(str(resources.files("crashdoc"))) / "signatures"
+    if packaged.is_dir():
+        return [packaged]
+    source_tree = Path(__file__).resolve().parents[3] / "signatures"
+    return [source_tree] if source_tree.is_dir() else []
+
+
+@cache
+def _validator() -> jsonschema.protocols.Validator:
+    schema = json.loads(resources.files("crashdoc.matching").joinpath("signature.schema.json").read_text())
+    cls = jsonschema.validators.validator_for(schema)
+    cls.check_schema(schema)
+    return cls(schema)
+
+
+def signature_files(folders: Iterable[Path]) -> list[Path]:
+    files: list[Path] = []
+    for folder in folders:
+        folder = Path(folder)
+        if folder.is_file():
+            files.append(folder)
+        elif folder.is_dir():
+            files.extend(sorted(p for p in folder.rglob("*.yaml") if p.is_file()))
+            files.extend(sorted(p for p in folder.rglob("*.yml") if p.is_file()))
+    return files
+
+
+def load_library(folders: Sequence[Path | str]) -> Library:
+    """Load every `*.yaml` under `folders`; raise LibraryError listing all problems."""
+    paths = [Path(f) for f in folders]
+    problems: list[Problem] = []
+    for folder in paths:
+        if not folder.exists():
+            problems.append(Problem(str(folder), 0, "no such file or folder"))
+    signatures: list[Signature] = []
+    seen: dict[str, str] = {}
+    for path in signature_files(paths):
+        loaded, file_problems = load_file(path)
+        problems.extend(file_problems)
+        for sig in loaded:
+            if sig.id in seen:
+                file, line = sig.origin.rsplit(":", 1)
+                problems.append(Problem(file, int(line), f"duplicate id {sig.id!r} (first defined at {seen[sig.id]})"))
+                continue
+            seen[sig.id] = sig.origin
+            signatures.append(sig)
+    if not signatures and not problems:
+        problems.append(Problem(", ".join(str(p) for p in paths) or "(none)", 0, "no signatures found"))
+    if problems:
+        raise LibraryError(problems)
+    return Library(tuple(signatures), tuple(str(p) for p in paths))
+
+
+def load_file(path: Path) -> tuple[list[Signature], list[Problem]]:
+    """Parse and validate one file; never raises for bad content."""
+    name = str(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        return [], [Problem(name, 0, f"cannot read: {exc.strerror or exc}")]
+    if len(raw) > MAX_FILE_BYTES:
+        return [], [Problem(name, 0, f"file is larger than {MAX_FILE_BYTES} bytes")]
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        return [], [Problem(name, line, "not UTF-8 text")]
+    try:
+        node = yaml.compose(text, Loader=yaml.SafeLoader)
+    except yaml.YAMLError as exc:
+        mark = getattr(exc, "problem_mark", None)
+        line = mark.line + 1 if mark is not None else 0
+        problem = getattr(exc, "problem", None) or str(exc)
+        return [], [Problem(name, line, f"invalid YAML: {problem}")]
+    if node is None:
+        return [], [Problem(name, 1, "empty file")]
+    lines: dict[tuple[Any, ...], int] = {}
+    try:
+        data = _to_python(node, (), lines)
+    except _NodeError as exc:
+        return [], [Problem(name, exc.line, exc.message)]
+    problems = [
+        Problem(name, _line_for(lines, tuple(err.absolute_path)), _describe(err))
+        for err in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
+    ]
+    if problems:
+        return [], problems
+    signatures: list[Signature] = []
+    for index, entry in enumerate(data["signatures"]):
+        base = ("signatures", index)
+        sig_problems = _check_semantics(entry, base, lines, name)
+        if sig_problems:
+            problems.extend(sig_problems)
+            continue
+        signatures.append(_build(entry, base, lines, name))
+    return signatures, problems
+
+
+class _NodeError(Exception):
+    def __init__(self, line: int, message: str) -> None:
+        self.line, self.message = line, message
+
+
+def _to_python(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
+    """Build plain data from a YAML node tree, remembering the line of every path."""
+    lines[path] = node.start_mark.line + 1
+    if isinstance(node, yaml.MappingNode):
+        result: dict[str, Any] = {}
+        for key_node, value_node in node.value:
+            if not isinstance(key_node, yaml.ScalarNode):
+                raise _NodeError(key_node.start_mark.line + 1, "mapping keys must be plain strings")
+            key = key_node.value
+            if key in result:
+                raise _NodeError(key_node.start_mark.line + 1, f"duplicate key {key!r}")
+            result[key] = _to_python(value_node, (*path, key), lines)
+        return result
+    if isinstance(node, yaml.SequenceNode):
+        return [_to_python(item, (*path, i), lines) for i, item in enumerate(node.value)]
+    value = yaml.SafeLoader(None).construct_object(node) if node.tag != "tag:yaml.org,2002:str" else node.value
+    if not isinstance(value, str | int | float | bool | type(None)):
+        value = str(value)
+    return value
+
+
+def _line_for(lines: dict[tuple[Any, ...], int], path: tuple[Any, ...]) -> int:
+    while path and path not in lines:
+        path = path[:-1]
+    return lines.get(path, 0)
+
+
+def _describe(err: jsonschema.ValidationError) -> str:
+    where = ".".join(str(p) for p in err.absolute_path)
+    if err.validator == "additionalProperties":
+        message = err.message.replace("Additional properties are not allowed", "unknown key(s)")
+    elif err.validator == "required":
+        message = err.message.replace("is a required property", "is missing")
+        message = message.split(" is missing")[0][-60:] + " is missing"
+    elif err.validator == "enum":
+        message = f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
+    else:
+        message = err.message
+        if len(message) > 300:
+            message = message[:300] + "..."
+    return f"{where}: {message}" if where else message
+
+
+def _compile_problem(pattern: str) -> str | None:
+    try:
+        re2.compile(pattern)
+    except re2.error as exc:
+        hint = ""
+        if "(?=" in pattern or "(?!" in pattern or "(?<" in pattern.replace("(?P<", ""):
+            hint = " (RE2 has no look-around)"
+        elif "\\1" in pattern:
+            hint = " (RE2 has no back-references)"
+        return f"{exc}{hint}"
+    return None
+
+
+def _check_semantics(
+    entry: dict[str, Any], base: tuple[Any, ...], lines: dict[tuple[Any, ...], int], name: str
+) -> list[Problem]:
+    problems: list[Problem] = []
+    match = entry["match"]
+
+    def at(*rest: Any) -> int:
+        return _line_for(lines, (*base, *rest))
+
+    has_line = "line" in match
+    has_tb = "exception" in match or "message" in match
+    if has_line and has_tb:
+        problems.append(Problem(name, at("match"), "match: use `line` (a line-level signature) or "
+                                "`exception`/`message` (a traceback signature), not both"))
+    if not has_line and not has_tb and "exit" not in match:
+        problems.append(Problem(name, at("match"), "match: needs `exception`, `message`, `line` or `exit`"))
+    if "frame" in match and not has_tb:
+        problems.append(Problem(name, at("match", "frame"), "match.frame needs `exception` or `message`"))
+    for key in ("message", "frame", "line"):
+        if key in match:
+            problem = _compile_problem(match[key])
+            if problem:
+                problems.append(Problem(name, at("match", key), f"match.{key}: bad RE2 pattern: {problem}"))
+    if "model" in match.get("context", {}):
+        problem = _compile_problem(match["context"]["model"])
+        if problem:
+            problems.append(Problem(name, at("match", "context", "model"), f"bad RE2 pattern: {problem}"))
+    for i, change in enumerate(entry["fix"].get("changes", [])):
+        if change["action"] in ("replace", "set", "add") and "${" in (change.get("value") or ""):
+            from crashdoc.matching.templates import template_problem
+
+            problem = template_problem(change["value"])
+            if problem:
+                problems.append(Problem(name, at("fix", "changes", i, "value"), problem))
+    return problems
+
+
+def _examples(
+    entries: list[dict[str, Any]], path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]
+) -> tuple[Example, ...]:
+    return tuple(
+        Example(
+            text=e["text"],
+            captures={k: str(v) for k, v in e.get("captures", {}).items()},
+            context=dict(e.get("context", {})),
+            exit=dict(e.get("exit", {})),
+            note=e.get("note", ""),
+            line=_line_for(lines, (*path, i)),
+        )
+        for i, e in enumerate(entries)
+    )
+
+
+def _build(entry: dict[str, Any], base: tuple[Any, ...], lines: dict[tuple[Any, ...], int], name: str) -> Signature:
+    match = entry["match"]
+    fix = entry["fix"]
+    examples = entry["examples"]
+    return Signature(
+        id=entry["id"],
+        title=entry["title"],
+        category=entry["category"],
+        severity=entry["severity"],
+        runbook=entry["runbook"],
+        fix_summary=fix["summary"],
+        roles=tuple(entry.get("roles", ["any"])),
+        flags=tuple(entry.get("flags", [])),
+        changes=tuple(
+            FlagChange(c["action"], c["flag"], c.get("value"), c.get("new_flag")) for c in fix.get("changes", [])
+        ),
+        safety=fix.get("safety"),
+        exception_types=tuple(match.get("exception", [])),
+        message=match.get("message"),
+        frame=match.get("frame"),
+        line=match.get("line"),
+        context=dict(match.get("context", {})),
+        exit={k: tuple(str(x) for x in v) for k, v in match.get("exit", {}).items()},
+        priority=entry.get("priority", 0),
+        sglang=entry.get("sglang", ""),
+        source=entry.get("source", ""),
+        examples=_examples(examples["match"], (*base, "examples", "match"), lines),
+        near_misses=_examples(examples.get("no_match", []), (*base, "examples", "no_match"), lines),
+        origin=f"{name}:{_line_for(lines, base)}",
+    )

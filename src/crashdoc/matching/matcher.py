@@ -1,0 +1,230 @@
+"""Matching failures against the library with RE2.
+
+RE2 runs in linear time, so a careless pattern cannot hang the daemon, and an RE2 `Set`
+tests every pattern of a kind in one pass: the cost per line stays flat as the library
+grows. Only the few patterns the set reports are run again, alone, for their captures.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+import re2
+
+from crashdoc.events import ExceptionInfo, Match, Traceback
+from crashdoc.matching.library import Library, Signature
+
+_LITERAL_WEIGHT_CAP = 60
+
+
+def re2_options() -> re2.Options:
+    options = re2.Options()
+    options.log_errors = False
+    options.max_mem = 64 << 20  # room for the DFA of a large combined set
+    return options
+
+
+@dataclass(frozen=True, slots=True)
+class Facts:
+    """What is known about the unit when matching: flags, model, role, platform."""
+
+    flags: Mapping[str, str] = field(default_factory=dict)
+    model: str = ""
+    disaggregation_mode: str = ""
+    role: str = ""
+    platform: str = ""
+
+    def get(self, key: str) -> str:
+        return str(getattr(self, key, "") or "")
+
+
+@dataclass(frozen=True, slots=True)
+class _Compiled:
+    signature: Signature
+    message: re2._Regexp | None
+    frame: re2._Regexp | None
+    model: re2._Regexp | None
+    specificity: int
+
+
+class _PatternSet:
+    """One RE2 Set over many patterns, plus each pattern compiled alone for captures."""
+
+    def __init__(self, patterns: list[str]) -> None:
+        self.size = len(patterns)
+        self._set: re2.Set | None = None
+        if patterns:
+            self._set = re2.Set.SearchSet(re2_options())
+            for pattern in patterns:
+                self._set.Add(pattern)
+            self._set.Compile()
+
+    def hits(self, text: str) -> list[int]:
+        if self._set is None:
+            return []
+        return self._set.Match(text) or []
+
+
+class Matcher:
+    """Finds the signatures that recognise a traceback, a log line or an exit."""
+
+    def __init__(self, library: Library) -> None:
+        self.library = library
+        options = re2_options()
+        self._traceback: list[_Compiled] = []
+        self._by_type: list[_Compiled] = []  # exception-type-only signatures (no message pattern)
+        self._line: list[_Compiled] = []
+        self._exit: list[Signature] = []
+        for sig in library.signatures:
+            compiled = _Compiled(
+                sig,
+                re2.compile(sig.message or sig.line, options) if (sig.message or sig.line) else None,
+                re2.compile(sig.frame, options) if sig.frame else None,
+                re2.compile(sig.context["model"], options) if "model" in sig.context else None,
+                min(_literal_chars(sig.message or sig.line or ""), _LITERAL_WEIGHT_CAP) // 3,
+            )
+            if sig.kind == "line":
+                self._line.append(compiled)
+            elif sig.kind == "traceback":
+                (self._traceback if sig.message else self._by_type).append(compiled)
+            else:
+                self._exit.append(sig)
+        self._message_set = _PatternSet([c.signature.message or "" for c in self._traceback])
+        self._line_set = _PatternSet([c.signature.line or "" for c in self._line])
+
+    @property
+    def has_line_signatures(self) -> bool:
+        return bool(self._line)
+
+    # --- tracebacks ----------------------------------------------------------------------
+
+    def match_traceback(self, tb: Traceback, facts: Facts | None = None) -> list[Match]:
+        """Every signature that recognises one exception of the chain, best first.
+
+        The exception that was finally raised weighs more than the ones it was chained from.
+        """
+        facts = facts or Facts()
+        found: dict[str, Match] = {}
+        last = len(tb.chain) - 1
+        for index, exc in enumerate(tb.chain):
+            base = 100 if index == last else 60
+            for match in self.match_exception(exc, facts, base):
+                best = found.get(match.signature_id)
+                if best is None or match.score > best.score:
+                    found[match.signature_id] = match
+        return sorted(found.values(), key=lambda m: -m.score)
+
+    def match_exception(self, exc: ExceptionInfo, facts: Facts, base: int = 100) -> list[Match]:
+        matches: list[Match] = []
+        message = exc.message
+        for index in self._message_set.hits(message):
+            compiled = self._traceback[index]
+            m = self._confirm(compiled, exc, facts, base)
+            if m is not None:
+                matches.append(m)
+        for compiled in self._by_type:
+            m = self._confirm(compiled, exc, facts, base)
+            if m is not None:
+                matches.append(m)
+        return matches
+
+    def _confirm(self, compiled: _Compiled, exc: ExceptionInfo, facts: Facts, base: int) -> Match | None:
+        sig = compiled.signature
+        score = base + sig.priority + compiled.specificity
+        if sig.exception_types:
+            if not any(_type_matches(exc.type, t) for t in sig.exception_types):
+                return None
+            score += 15
+        context_score = self._context_score(compiled, facts)
+        if context_score is None:
+            return None
+        score += context_score
+        if compiled.frame is not None:
+            if not any(compiled.frame.search(f"{f.file}:{f.function}") for f in exc.frames):
+                return None
+            score += 10
+        captures: dict[str, str] = {}
+        line = exc.line or f"{exc.type}: {exc.message.split(chr(10), 1)[0]}"
+        if compiled.message is not None:
+            m = compiled.message.search(exc.message)
+            if m is None:
+                return None
+            captures = {k: v for k, v in m.groupdict().items() if v is not None}
+            line = _line_at(exc, m.start())
+        return Match(sig.id, captures, line, score)
+
+    def _context_score(self, compiled: _Compiled, facts: Facts) -> int | None:
+        """Known facts that contradict the signature's context reject it; agreeing ones add weight."""
+        score = 0
+        for key, wanted in compiled.signature.context.items():
+            known = facts.get(key)
+            if not known:
+                continue
+            if key == "model":
+                assert compiled.model is not None
+                if compiled.model.search(known) is None:
+                    return None
+            elif known != wanted:
+                return None
+            score += 10
+        return score
+
+    # --- lines ---------------------------------------------------------------------------
+
+    def match_line(self, text: str) -> Match | None:
+        """The best line-level signature for one log line; the hot path, so one Set pass."""
+        hits = self._line_set.hits(text)
+        if not hits:
+            return None
+        best: Match | None = None
+        for index in hits:
+            compiled = self._line[index]
+            assert compiled.message is not None
+            m = compiled.message.search(text)
+            if m is None:
+                continue
+            score = 50 + compiled.signature.priority + compiled.specificity
+            if best is None or score > best.score:
+                captures = {k: v for k, v in m.groupdict().items() if v is not None}
+                best = Match(compiled.signature.id, captures, text.strip(), score)
+        return best
+
+    # --- exits ---------------------------------------------------------------------------
+
+    def match_exit(self, exit_code: str | None, exit_status: str | None, result: str | None) -> list[Match]:
+        """Signatures about how the process ended, for crashes that left no traceback or line."""
+        matches: list[Match] = []
+        observed = {"code": exit_code, "status": exit_status, "result": result}
+        for sig in self._exit:
+            if all(observed.get(key) in wanted for key, wanted in sig.exit.items()):
+                detail = ", ".join(f"{k}={v}" for k, v in observed.items() if v)
+                matches.append(Match(sig.id, {}, detail, 20 + sig.priority + 5 * len(sig.exit)))
+        return sorted(matches, key=lambda m: -m.score)
+
+
+def _type_matches(actual: str, wanted: str) -> bool:
+    return actual == wanted or actual.endswith("." + wanted) or (wanted.endswith("." + actual) and "." not in actual)
+
+
+def _line_at(exc: ExceptionInfo, offset: int) -> str:
+    """The printed line where a match begins: the exception line, or a later line of its message."""
+    before = exc.message.count("\n", 0, offset)
+    if before == 0:
+        return exc.line or f"{exc.type}: {exc.message.split(chr(10), 1)[0]}"
+    return exc.message.split("\n")[before].strip()
+
+
+def _literal_chars(pattern: str) -> int:
+    """A rough count of literal characters: more literal text means a more specific signature."""
+    count = 0
+    escaped = False
+    for ch in pattern:
+        if escaped:
+            count += 1 if not ch.isalpha() else 0
+            escaped = False
+        elif ch == "\\":
+            escaped = True
+        elif ch.isalnum() or ch in " -_:;,'\"=/":
+            count += 1
+    return count
