@@ -17,9 +17,9 @@ from typing import Any
 
 import jsonschema
 import re2
-import yaml
 
 from crashdoc.events import FlagChange
+from crashdoc.yamlfile import LocatedYaml, YamlError, parse_located
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 
@@ -171,19 +171,12 @@ def load_file(path: Path) -> tuple[list[Signature], list[Problem]]:
         line = raw[: exc.start].count(b"\n") + 1
         return [], [Problem(name, line, "not UTF-8 text")]
     try:
-        node = yaml.compose(text, Loader=yaml.SafeLoader)
-    except yaml.YAMLError as exc:
-        mark = getattr(exc, "problem_mark", None)
-        line = mark.line + 1 if mark is not None else 0
-        problem = getattr(exc, "problem", None) or str(exc)
-        return [], [Problem(name, line, f"invalid YAML: {problem}")]
-    if node is None:
-        return [], [Problem(name, 1, "empty file")]
-    lines: dict[tuple[Any, ...], int] = {}
-    try:
-        data = _to_python(node, (), lines)
-    except _NodeError as exc:
+        located = parse_located(text)
+    except YamlError as exc:
         return [], [Problem(name, exc.line, exc.message)]
+    if located.data is None:
+        return [], [Problem(name, 1, "empty file")]
+    data, lines = located.data, located.lines
     problems = [
         Problem(name, _line_for(lines, tuple(err.absolute_path)), _describe(err))
         for err in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
@@ -201,36 +194,8 @@ def load_file(path: Path) -> tuple[list[Signature], list[Problem]]:
     return signatures, problems
 
 
-class _NodeError(Exception):
-    def __init__(self, line: int, message: str) -> None:
-        self.line, self.message = line, message
-
-
-def _to_python(node: yaml.Node, path: tuple[Any, ...], lines: dict[tuple[Any, ...], int]) -> Any:
-    """Build plain data from a YAML node tree, remembering the line of every path."""
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
-        result: dict[str, Any] = {}
-        for key_node, value_node in node.value:
-            if not isinstance(key_node, yaml.ScalarNode):
-                raise _NodeError(key_node.start_mark.line + 1, "mapping keys must be plain strings")
-            key = key_node.value
-            if key in result:
-                raise _NodeError(key_node.start_mark.line + 1, f"duplicate key {key!r}")
-            result[key] = _to_python(value_node, (*path, key), lines)
-        return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, (*path, i), lines) for i, item in enumerate(node.value)]
-    value = yaml.SafeLoader(None).construct_object(node) if node.tag != "tag:yaml.org,2002:str" else node.value
-    if not isinstance(value, str | int | float | bool | type(None)):
-        value = str(value)
-    return value
-
-
 def _line_for(lines: dict[tuple[Any, ...], int], path: tuple[Any, ...]) -> int:
-    while path and path not in lines:
-        path = path[:-1]
-    return lines.get(path, 0)
+    return LocatedYaml(None, lines).line_of(path)
 
 
 def _describe(err: jsonschema.ValidationError) -> str:

@@ -1,0 +1,215 @@
+"""crashdoc's configuration: a YAML file, every key optional, errors as file:line.
+
+With no file at all crashdoc watches `sglang*.service` with built-in thresholds, so that
+`crashdoc run` needs no arguments on a fresh GPU host.
+"""
+
+from __future__ import annotations
+
+import socket
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any
+
+from crashdoc.diagnosis.crashloop import Thresholds
+from crashdoc.events import ROLES
+from crashdoc.sources.journal import WatchRule
+from crashdoc.yamlfile import LocatedYaml, YamlError, parse_located
+
+DEFAULT_PORT = 10247  # outside the 9100-9999 exporter range, which is fully allocated
+DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
+DEFAULT_STATE_DIRECTORY = "/var/lib/crashdoc"
+DEFAULT_UNITS = (WatchRule("sglang*.service", "any"),)
+
+
+class ConfigError(Exception):
+    def __init__(self, problems: list[str]) -> None:
+        self.problems = problems
+        super().__init__("\n".join(problems))
+
+
+@dataclass(frozen=True, slots=True)
+class AlertmanagerConfig:
+    url: str | None = None
+    resend_interval: float = 60.0  # re-send active alerts this often (Alertmanager expects it)
+    timeout: float = 5.0
+
+
+@dataclass(frozen=True, slots=True)
+class Config:
+    units: tuple[WatchRule, ...] = DEFAULT_UNITS
+    listen: str = DEFAULT_LISTEN
+    thresholds: Thresholds = field(default_factory=Thresholds)
+    signature_folders: tuple[str, ...] = ()  # extra folders, loaded after the built-in library
+    builtin_signatures: bool = True
+    state_directory: str = DEFAULT_STATE_DIRECTORY
+    journal_directory: str | None = None
+    alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
+    runbook_base_url: str | None = None
+    instance: str = field(default_factory=socket.gethostname)
+    dbus: bool = True  # set false to run from the journal alone
+    source: str = "(built-in defaults)"
+
+    @property
+    def listen_address(self) -> tuple[str, int]:
+        return parse_listen(self.listen)
+
+
+def parse_listen(value: str) -> tuple[str, int]:
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"listen address must be HOST:PORT, got {value!r}")
+    return host.strip("[]") or "0.0.0.0", int(port)
+
+
+_TOP = {
+    "units", "listen", "thresholds", "signatures", "state_directory", "journal", "alertmanager",
+    "runbook_base_url", "instance", "dbus",
+}
+
+
+def load_config(path: str | Path | None) -> Config:
+    """Read a configuration file (None: the built-in defaults). Raises ConfigError with file:line."""
+    if path is None:
+        return Config()
+    name = str(path)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except FileNotFoundError as exc:
+        raise ConfigError([f"{name}: no such file"]) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ConfigError([f"{name}: cannot read: {exc}"]) from exc
+    try:
+        located = parse_located(text)
+    except YamlError as exc:
+        raise ConfigError([f"{name}:{exc.line}: {exc.message}"]) from exc
+    if located.data is None:
+        return Config(source=name)
+    return _build(located, name)
+
+
+def _build(doc: LocatedYaml, name: str) -> Config:
+    problems: list[str] = []
+    data = doc.data
+
+    def bad(path: tuple[Any, ...], message: str) -> None:
+        problems.append(f"{name}:{doc.line_of(path)}: {'.'.join(map(str, path)) or 'top level'}: {message}")
+
+    if not isinstance(data, dict):
+        raise ConfigError([f"{name}:1: the configuration must be a mapping of keys to values"])
+    for key in data:
+        if key not in _TOP:
+            bad((key,), f"unknown key (known: {', '.join(sorted(_TOP))})")
+    values: dict[str, Any] = {"source": name}
+
+    units = data.get("units")
+    if units is not None:
+        rules: list[WatchRule] = []
+        if not isinstance(units, list) or not units:
+            bad(("units",), "must be a non-empty list of {name, role}")
+        else:
+            for i, entry in enumerate(units):
+                if isinstance(entry, str):
+                    entry = {"name": entry}
+                if not isinstance(entry, dict) or not isinstance(entry.get("name"), str) or not entry["name"]:
+                    bad(("units", i), "each entry needs `name` (a unit name or glob)")
+                    continue
+                role = entry.get("role", "any")
+                if role not in ROLES:
+                    bad(("units", i, "role"), f"{role!r} is not one of {', '.join(ROLES)}")
+                    continue
+                extra = set(entry) - {"name", "role"}
+                if extra:
+                    bad(("units", i), f"unknown key(s): {', '.join(sorted(extra))}")
+                name_ = entry["name"]
+                if "." not in name_:
+                    name_ += ".service"
+                rules.append(WatchRule(name_, role))
+            values["units"] = tuple(rules)
+
+    if "listen" in data:
+        try:
+            parse_listen(str(data["listen"]))
+            values["listen"] = str(data["listen"])
+        except ValueError as exc:
+            bad(("listen",), str(exc))
+
+    thresholds = data.get("thresholds")
+    if thresholds is not None:
+        known = {f.name: f for f in fields(Thresholds)}
+        kwargs: dict[str, Any] = {}
+        if not isinstance(thresholds, dict):
+            bad(("thresholds",), "must be a mapping")
+        else:
+            for key, value in thresholds.items():
+                if key not in known:
+                    bad(("thresholds", key), f"unknown threshold (known: {', '.join(known)})")
+                elif isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                    bad(("thresholds", key), f"must be a positive number, got {value!r}")
+                else:
+                    kwargs[key] = int(value) if known[key].type in ("int", int) else float(value)
+            values["thresholds"] = Thresholds(**kwargs)
+
+    sigs = data.get("signatures")
+    if sigs is not None:
+        if isinstance(sigs, list):
+            sigs = {"folders": sigs}
+        if not isinstance(sigs, dict):
+            bad(("signatures",), "must be a list of folders or {builtin: bool, folders: [...]}")
+        else:
+            folders = sigs.get("folders", [])
+            if not isinstance(folders, list) or not all(isinstance(f, str) for f in folders):
+                bad(("signatures", "folders"), "must be a list of folder paths")
+            else:
+                values["signature_folders"] = tuple(folders)
+            builtin = sigs.get("builtin", True)
+            if not isinstance(builtin, bool):
+                bad(("signatures", "builtin"), "must be true or false")
+            else:
+                values["builtin_signatures"] = builtin
+            for extra in set(sigs) - {"folders", "builtin"}:
+                bad(("signatures", extra), "unknown key")
+
+    for key in ("state_directory", "runbook_base_url", "instance"):
+        if key in data:
+            if not isinstance(data[key], str) or not data[key]:
+                bad((key,), "must be a non-empty string")
+            else:
+                values[key] = data[key]
+    if "dbus" in data:
+        if not isinstance(data["dbus"], bool):
+            bad(("dbus",), "must be true or false")
+        else:
+            values["dbus"] = data["dbus"]
+
+    jour = data.get("journal")
+    if jour is not None:
+        if not isinstance(jour, dict) or set(jour) - {"directory"}:
+            bad(("journal",), "must be a mapping with `directory`")
+        elif jour.get("directory") is not None:
+            values["journal_directory"] = str(jour["directory"])
+
+    am = data.get("alertmanager")
+    if am is not None:
+        if not isinstance(am, dict):
+            bad(("alertmanager",), "must be a mapping")
+        else:
+            kwargs = {}
+            for key, value in am.items():
+                if key == "url":
+                    if value is not None and (not isinstance(value, str) or not value.startswith(("http://", "https://"))):
+                        bad(("alertmanager", "url"), "must be an http(s) URL")
+                    else:
+                        kwargs["url"] = value
+                elif key in ("resend_interval", "timeout"):
+                    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                        bad(("alertmanager", key), "must be a positive number of seconds")
+                    else:
+                        kwargs[key] = float(value)
+                else:
+                    bad(("alertmanager", key), "unknown key (known: url, resend_interval, timeout)")
+            values["alertmanager"] = AlertmanagerConfig(**kwargs)
+
+    if problems:
+        raise ConfigError(problems)
+    return Config(**values)

@@ -1,0 +1,294 @@
+"""Reading the journal: the watched units' lines and PID 1's records about them.
+
+Fields are read raw with `_get` (bytes) rather than through systemd-python's default
+converters, which cost 4-5x (see the journal read limits). Per entry only `_SYSTEMD_UNIT`
+is read until the entry is known to matter. Lifecycle records count only when journald
+says PID 1 wrote them (`_PID=1` is a trusted field: no process can forge it), so a line
+"Scheduled restart job" on a service's stdout, or a forged MESSAGE_ID sent through the
+native protocol, moves nothing.
+"""
+
+from __future__ import annotations
+
+import fnmatch
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from systemd import journal
+
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine
+from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, MESSAGE_IDS, START_LIMIT_TEXT, normalise_exit_status
+
+MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
+_INIT_SCOPE = b"init.scope"
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRule:
+    pattern: str  # unit name or glob
+    role: str = "any"
+
+
+@dataclass(slots=True)
+class UnitFilter:
+    """Which units are watched, with their role; names are matched once and remembered."""
+
+    rules: Sequence[WatchRule]
+    ignore: frozenset[str] = frozenset()  # e.g. crashdoc's own unit
+    _cache: dict[str, str | None] = field(default_factory=dict)
+
+    def role_of(self, unit: str) -> str | None:
+        try:
+            return self._cache[unit]
+        except KeyError:
+            pass
+        role = None
+        if unit and unit not in self.ignore and unit != "init.scope":
+            for rule in self.rules:
+                if fnmatch.fnmatchcase(unit, rule.pattern):
+                    role = rule.role
+                    break
+        if len(self._cache) > 10_000:
+            self._cache.clear()
+        self._cache[unit] = role
+        return role
+
+
+@dataclass(slots=True)
+class ReadStats:
+    entries: int = 0  # entries stepped over
+    lines: int = 0  # lines of watched units returned
+    lifecycle: int = 0
+    errors: int = 0  # entries that could not be read (corruption, I/O)
+    last_error: str = ""
+    last_timestamp: float = 0.0  # realtime of the newest entry read
+
+
+Event = LogLine | LifecycleRecord
+
+
+class JournalSource:
+    """Follows the system journal, a journal folder, or a set of journal files."""
+
+    def __init__(
+        self,
+        units: UnitFilter,
+        *,
+        directory: str | None = None,
+        files: Sequence[str] | None = None,
+    ) -> None:
+        self.units = units
+        if files:
+            self.reader = journal.Reader(files=list(files))
+        elif directory:
+            if not os.path.isdir(directory):
+                raise FileNotFoundError(f"journal folder {directory} does not exist")
+            self.reader = journal.Reader(path=directory)
+        else:
+            self.reader = journal.Reader()
+        self.reader.data_threshold = 64 * 1024
+        self.stats = ReadStats()
+        self._cursor: str | None = None
+        self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
+        self._invocations: dict[tuple[bytes, bytes], str] = {}  # (unit, pid) -> invocation id
+
+    # --- positioning ---------------------------------------------------------------------
+
+    def seek_head(self) -> None:
+        self.reader.seek_head()
+
+    def seek_tail(self) -> None:
+        """Start after the newest entry: only what happens from now on."""
+        self.reader.seek_tail()
+        self.reader._previous()  # libsystemd needs a step to settle on the tail
+
+    def seek_since(self, when: datetime | float) -> None:
+        if isinstance(when, int | float):
+            when = datetime.fromtimestamp(when)
+        self.reader.seek_realtime(when)
+
+    def seek_cursor(self, cursor: str) -> bool:
+        """Resume after `cursor`; False when the journal no longer holds it (rotated away, other boot)."""
+        try:
+            self.reader.seek_cursor(cursor)
+        except (OSError, ValueError):
+            return False
+        if not self.reader._next():
+            return False
+        try:
+            found = bool(self.reader.test_cursor(cursor))
+        except OSError:
+            found = False
+        if not found:
+            # the entry is gone: we sit on the next one after it; step back so read() returns it
+            self.reader._previous()
+        self._cursor = cursor
+        return found
+
+    @property
+    def cursor(self) -> str | None:
+        """The cursor of the last entry `read()` returned past."""
+        return self._cursor
+
+    # --- reading -------------------------------------------------------------------------
+
+    def read(self, limit: int = 5000) -> list[Event]:
+        """Up to `limit` entries' worth of events; an empty list when caught up."""
+        r = self.reader
+        get = r._get
+        nxt = r._next
+        realtime = r._get_realtime
+        roles = self._roles
+        events: list[Event] = []
+        stepped = 0
+        stats = self.stats
+        while stepped < limit:
+            try:
+                if not nxt():
+                    break
+            except OSError as exc:
+                stats.errors += 1
+                stats.last_error = f"journal read failed: {exc}"
+                break
+            stepped += 1
+            try:
+                unit_raw = get("_SYSTEMD_UNIT")
+            except KeyError:
+                continue
+            except OSError as exc:
+                stats.errors += 1
+                stats.last_error = f"unreadable entry: {exc}"
+                continue
+            try:
+                role = roles[unit_raw]
+            except KeyError:
+                role = roles[unit_raw] = self.units.role_of(unit_raw.decode("utf-8", "replace"))
+                if len(roles) > 10_000:
+                    roles.clear()
+            try:
+                if role is not None:
+                    event = self._line(get, realtime, unit_raw)
+                elif unit_raw == _INIT_SCOPE:
+                    event = self._pid1_record(get, realtime)
+                elif unit_raw.startswith(b"systemd-coredump@"):
+                    event = self._coredump_record(get, realtime)
+                else:
+                    continue
+            except OSError as exc:
+                stats.errors += 1
+                stats.last_error = f"unreadable entry: {exc}"
+                continue
+            if event is not None:
+                events.append(event)
+        if stepped:
+            stats.entries += stepped
+            try:
+                self._cursor = r._get_cursor()
+                stats.last_timestamp = realtime() / 1e6
+            except OSError:
+                pass
+        return events
+
+    def _line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
+        try:
+            message = get("MESSAGE")
+            pid_raw = get("_PID")
+        except KeyError:
+            return None
+        key = (unit_raw, pid_raw)
+        invocation = self._invocations.get(key)
+        if invocation is None:
+            try:
+                invocation = get("_SYSTEMD_INVOCATION_ID").decode("ascii", "replace")
+            except KeyError:
+                invocation = ""
+            if len(self._invocations) > 50_000:
+                self._invocations.clear()
+            self._invocations[key] = invocation
+        text = message.decode("utf-8", "replace") if len(message) <= MAX_MESSAGE_CHARS else (
+            message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
+        )
+        self.stats.lines += 1
+        return LogLine(unit_raw.decode("utf-8", "replace"), int(pid_raw), text, realtime() / 1e6, invocation)
+
+    def _pid1_record(self, get, realtime) -> LifecycleRecord | None:
+        if get("_PID") != b"1":
+            return None
+        try:
+            unit = get("UNIT").decode("utf-8", "replace")
+        except KeyError:
+            return None
+        if self.units.role_of(unit) is None:
+            return None
+        message_id = _optional(get, "MESSAGE_ID")
+        kind = MESSAGE_IDS.get(message_id or "")
+        message = _optional(get, "MESSAGE") or ""
+        if kind is None:
+            if START_LIMIT_TEXT not in message:
+                return None
+            kind = Lifecycle.START_LIMIT_HIT
+        if kind is Lifecycle.STARTED and _optional(get, "JOB_TYPE") not in (None, "start", "restart"):
+            return None
+        code = _optional(get, "EXIT_CODE")
+        n_restarts = _optional(get, "N_RESTARTS")
+        result = _optional(get, "UNIT_RESULT") or _optional(get, "JOB_RESULT")
+        if kind is Lifecycle.START_LIMIT_HIT:
+            result = "start-limit-hit"
+        if kind is Lifecycle.JOB_FAILED and result == "done":
+            return None
+        self._forget_pids(unit)
+        self.stats.lifecycle += 1
+        return LifecycleRecord(
+            unit=unit,
+            kind=kind,
+            timestamp=realtime() / 1e6,
+            invocation=_optional(get, "INVOCATION_ID") or "",
+            n_restarts=int(n_restarts) if n_restarts and n_restarts.isdigit() else None,
+            exit_code=code,
+            exit_status=normalise_exit_status(code, _optional(get, "EXIT_STATUS")),
+            result=result,
+            message=message[:500],
+        )
+
+    def _coredump_record(self, get, realtime) -> LifecycleRecord | None:
+        if _optional(get, "MESSAGE_ID") != COREDUMP_MESSAGE_ID or _optional(get, "_UID") != "0":
+            return None
+        unit = _optional(get, "COREDUMP_UNIT")
+        if not unit or self.units.role_of(unit) is None:
+            return None
+        signal = _optional(get, "COREDUMP_SIGNAL_NAME") or _optional(get, "COREDUMP_SIGNAL")
+        return LifecycleRecord(
+            unit=unit,
+            kind=Lifecycle.COREDUMP,
+            timestamp=realtime() / 1e6,
+            exit_code="dumped",
+            exit_status=(signal or "").removeprefix("SIG") or None,
+            message=(_optional(get, "MESSAGE") or "")[:500],
+        )
+
+    def _forget_pids(self, unit: str) -> None:
+        """A unit started or stopped: its PIDs may be reused by the next run."""
+        raw = unit.encode()
+        for key in [k for k in self._invocations if k[0] == raw]:
+            del self._invocations[key]
+
+    # --- waiting -------------------------------------------------------------------------
+
+    def fileno(self) -> int:
+        return self.reader.fileno()
+
+    def process(self) -> int:
+        """Acknowledge an inotify wake-up (rotation, new files, appends)."""
+        return self.reader.process()
+
+    def close(self) -> None:
+        self.reader.close()
+
+
+def _optional(get, name: str) -> str | None:
+    try:
+        return get(name).decode("utf-8", "replace")
+    except KeyError:
+        return None
