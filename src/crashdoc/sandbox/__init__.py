@@ -1,0 +1,20 @@
+"""A private systemd (PID 1 of new namespaces) with journald and D-Bus, for tests and the demo.
+
+``systemd`` boots and drives it, ``fake_sglang`` is the SGLang stand-in its units run, ``demo`` holds
+the units of ``crashdoc demo``. Names are loaded lazily so that fake_sglang's spawned ranks, which
+import this package, start fast and register nothing.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["PrivateSystemd", "SandboxError", "make_workdir", "unavailable_reason"]
+
+
+def __getattr__(name: str) -> Any:
+    if name in __all__:
+        from crashdoc.sandbox import systemd
+
+        return getattr(systemd, name)
+    raise AttributeError(f"module 'crashdoc.sandbox' has no attribute {name!r}")
