@@ -461,14 +461,13 @@ class PrivateSystemd:
 
     def install_unit(self, name: str, text: str, *, start: bool = False, reload: bool = True) -> Path:
         """Write (or replace) a unit in the private unit path; daemon-reload and optionally start it."""
-        path = self.unit_dir / name
-        _write_unit(path, text)
+        path = _write_unit(self.unit_dir, name, text)
         self._units[name] = text
         if self.running and reload:
             self.systemctl("daemon-reload", check=True, timeout=60)
             if start:
-                self.systemctl("start", "--no-block", name, check=True)
                 self._check_loaded([name])
+                self.systemctl("start", "--no-block", name, check=True)
         return path
 
     def remove_unit(self, name: str) -> None:
@@ -518,7 +517,7 @@ class PrivateSystemd:
             (units / name).write_text(_adapt_host_unit(name, _host_unit_text(name)))
         (units / TARGET).write_text(_TARGET_TEXT)
         for name, text in self._units.items():
-            _write_unit(units / name, text)
+            _write_unit(units, name, text)
 
     def _prepare_cgroups(self) -> None:
         layout, v1, v2 = _host_cgroups()
@@ -658,8 +657,8 @@ class PrivateSystemd:
     def _start_test_units(self) -> None:
         if not self._start_units:
             return
-        self.systemctl("start", "--no-block", *self._start_units, check=True)
         self._check_loaded(self._start_units)
+        self.systemctl("start", "--no-block", *self._start_units, check=True)
 
     def _check_loaded(self, names: Iterable[str]) -> None:
         for name in names:
@@ -750,12 +749,13 @@ def _with_default_deps_off(text: str) -> str:
     return "[Unit]\nDefaultDependencies=no\n\n" + text
 
 
-def _write_unit(path: Path, text: str) -> None:
-    if "/" in path.name or not re.fullmatch(
-        r"[\w@:.\\-]+\.(service|socket|target|timer|path|slice|scope|mount)", path.name
-    ):
-        raise SandboxError(f"not a unit file name: {path.name!r}")
+def _write_unit(unit_dir: Path, name: str, text: str) -> Path:
+    """Write one unit into the private unit path; the name is checked so it cannot escape it."""
+    if not re.fullmatch(r"[\w@:.\\-]+\.(service|socket|target|timer|path|slice|mount)", name) or name.startswith("."):
+        raise SandboxError(f"not a unit file name: {name!r}")
+    path = unit_dir / name
     path.write_text(_with_default_deps_off(text) if path.suffix in (".service", ".socket", ".timer", ".path") else text)
+    return path
 
 
 def _refuse_tmp(path: Path) -> None:

@@ -1,0 +1,61 @@
+"""Shared fixtures.
+
+Tests marked ``@pytest.mark.sandbox`` boot real private systemds (``crashdoc.sandbox``); they are
+skipped, with the reason, where that cannot work (not root, no unshare/nsenter, no systemd).
+"""
+
+from __future__ import annotations
+
+import shutil
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+
+import pytest
+
+from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir, unavailable_reason
+
+SandboxFactory = Callable[..., PrivateSystemd]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    reason = unavailable_reason()
+    if reason is None:
+        return
+    skip = pytest.mark.skip(reason=f"cannot boot a private systemd here: {reason}")
+    for item in items:
+        if "sandbox" in item.keywords:
+            item.add_marker(skip)
+
+
+@pytest.fixture
+def sandbox_workdir() -> Iterator[Path]:
+    """A work folder the sandbox can see (outside /tmp, unlike ``tmp_path``); removed afterwards."""
+    path = make_workdir()
+    try:
+        yield path
+    finally:
+        shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def sandbox_factory() -> Iterator[SandboxFactory]:
+    """``make(units, workdir=None, start_units=None, timeout=30)`` boots a private systemd; every
+    sandbox made through it is stopped when the test ends, whatever happened."""
+    booted: list[PrivateSystemd] = []
+
+    def make(
+        units: Mapping[str, str] | None = None,
+        *,
+        workdir: Path | None = None,
+        start_units: Sequence[str] | None = None,
+        timeout: float = 30.0,
+    ) -> PrivateSystemd:
+        sandbox = PrivateSystemd(units, workdir, start_units=start_units)
+        booted.append(sandbox)
+        return sandbox.start(timeout=timeout)
+
+    try:
+        yield make
+    finally:
+        for sandbox in booted:
+            sandbox.stop()
