@@ -179,8 +179,14 @@ def _signatures(args: argparse.Namespace, parser: argparse.ArgumentParser) -> in
     library = load_library_or_fail(args.dirs or None)
     if args.action == "list":
         rows = [
-            {"id": s.id, "category": s.category, "severity": s.severity, "flags": list(s.flags), "source": s.origin,
-             "kind": s.kind}
+            {
+                "id": s.id,
+                "category": s.category,
+                "severity": s.severity,
+                "flags": list(s.flags),
+                "source": s.origin,
+                "kind": s.kind,
+            }
             for s in library.signatures
         ]
         if args.json:

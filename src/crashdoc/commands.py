@@ -3,13 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import os
+import re
+import sys
+import time
 from collections.abc import Iterable
+from datetime import datetime
 
+from crashdoc.cli import UserError, load_library_or_fail
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.events import Diagnosis, LifecycleRecord, LogLine
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 from crashdoc.sources.textlog import parse_text
+
+DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
 
 
 def explain_text(text: str, library: Library, matcher: Matcher | None = None) -> list[Diagnosis]:
@@ -39,12 +48,164 @@ def default_builder():
     return DiagnosisBuilder()
 
 
+def parse_since(text: str, now: float | None = None) -> float:
+    """`-1h`, `-30m`, `-2d`, `-45s`, an epoch number, or an ISO date/time -> epoch seconds."""
+    now = time.time() if now is None else now
+    text = text.strip()
+    m = re.fullmatch(r"-(\d+(?:\.\d+)?)\s*([smhd])", text)
+    if m:
+        return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return float(text)
+    if text in ("today", "yesterday"):
+        midnight = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+        return midnight - (86400 if text == "yesterday" else 0)
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError as exc:
+        raise UserError(f"--since {text!r}: use -1h, -30m, -2d, an epoch number or 2026-12-02T12:00:00") from exc
+
+
 def diagnose(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    """One shot over the host journal or copied journal files."""
+    from crashdoc.config import ConfigError, load_config
+    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
+    from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
+    from crashdoc.sources.units import UnitWatcher
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UserError("invalid configuration:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+    rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
+    units = UnitFilter(rules)
+    library = load_library_or_fail(args.signatures)
+    try:
+        source = JournalSource(units, directory=args.directory, files=args.file)
+    except (OSError, FileNotFoundError) as exc:
+        raise UserError(f"cannot open the journal: {exc}") from exc
+    if args.since:
+        source.seek_since(parse_since(args.since))
+    elif not (args.directory or args.file):
+        source.seek_since(time.time() - DEFAULT_HOST_SINCE)
+    else:
+        source.seek_head()
+    live = not (args.directory or args.file)
+    watcher = UnitWatcher(units) if live else None
+    if watcher is not None and not watcher.connect():
+        watcher = None
+    from crashdoc.diagnosis.fixes import unit_fix_synthesizer, unit_flags
+    from crashdoc.diagnosis.report import DiagnosisBuilder
+
+    engine = Engine(
+        Matcher(library),
+        thresholds=config.thresholds,
+        role_of=units.role_of,
+        builder=DiagnosisBuilder(unit_fix_synthesizer(), unit_flags),
+    )
+    if watcher is not None:  # the real command lines first, so that fixes can be shown on them
+        for unit in watcher.discover():
+            engine.watch(unit)
+            state = watcher.state(unit)
+            if state is not None:
+                engine.on_unit_state(state)
+    while True:
+        events = source.read(20_000)
+        if not events:
+            break
+        feed(engine, events)
+    if watcher is not None:
+        for name in list(engine.units()):
+            state = watcher.state(name)
+            if state is not None:
+                engine.on_unit_state(state)
+    engine.finish()
+    wanted = None
+    if args.unit:
+        seen = set(engine.units())
+        missing = [u for u in args.unit if not any(ch in u for ch in "*?[") and _unit_name(u) not in seen]
+        for unit in missing:
+            where = "in these journal files" if not live else "in the journal"
+            print(
+                f"crashdoc: {unit}: no such unit {where}" + (" (since " + args.since + ")" if args.since else ""),
+                file=sys.stderr,
+            )
+        wanted = [u for u in engine.units()]
+        if missing and not wanted:
+            return 1
+    diagnoses = engine.diagnoses(wanted)
+    if source.stats.errors:
+        print(
+            f"crashdoc: skipped {source.stats.errors} unreadable journal entries ({source.stats.last_error})",
+            file=sys.stderr,
+        )
+    if args.json:
+        print(diagnoses_json(diagnoses))
+    else:
+        sys.stdout.write(diagnoses_text(diagnoses, color=sys.stdout.isatty()))
+    return 0
+
+
+def _unit_name(name: str) -> str:
+    return name if "." in name else f"{name}.service"
 
 
 def run(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    """The daemon."""
+    from crashdoc.config import ConfigError, load_config
+    from crashdoc.daemon import build, log
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UserError("invalid configuration, not starting:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+    overrides = {}
+    if args.state_directory:
+        overrides["state_directory"] = args.state_directory
+    if args.directory:
+        overrides["journal_directory"] = args.directory
+    if args.runbook_base_url:
+        overrides["runbook_base_url"] = args.runbook_base_url
+    if args.alertmanager_url:
+        from crashdoc.config import AlertmanagerConfig
+
+        overrides["alertmanager"] = AlertmanagerConfig(url=args.alertmanager_url)
+    if args.listen:
+        overrides["listen"] = args.listen
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
+    try:
+        daemon, http = build(config)
+    except OSError as exc:
+        raise UserError(str(exc.strerror or exc)) from exc
+    except Exception as exc:
+        from crashdoc.matching.library import LibraryError
+
+        if isinstance(exc, LibraryError):
+            raise UserError(
+                "the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)
+            ) from exc
+        raise
+    daemon.notify = sd_notify
+    daemon.prepare()
+    host, port = http.address
+    log(
+        f"watching {', '.join(r.pattern for r in config.units)}; http://{host}:{port}/metrics "
+        f"(library: {len(daemon.holder.library)} signatures, D-Bus: {'up' if daemon.health.dbus_up else 'down'})"
+    )
+    return daemon.run(http)
+
+
+def sd_notify(state: str) -> None:
+    """Tell systemd (Type=notify) we are ready / alive; a no-op outside a notify unit."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return
+    try:
+        from systemd import daemon as sd_daemon
+
+        sd_daemon.notify(state)
+    except (ImportError, OSError):
+        pass
 
 
 def demo(args: argparse.Namespace) -> int:

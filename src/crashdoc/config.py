@@ -63,8 +63,16 @@ def parse_listen(value: str) -> tuple[str, int]:
 
 
 _TOP = {
-    "units", "listen", "thresholds", "signatures", "state_directory", "journal", "alertmanager",
-    "runbook_base_url", "instance", "dbus",
+    "units",
+    "listen",
+    "thresholds",
+    "signatures",
+    "state_directory",
+    "journal",
+    "alertmanager",
+    "runbook_base_url",
+    "instance",
+    "dbus",
 }
 
 
@@ -197,7 +205,9 @@ def _build(doc: LocatedYaml, name: str) -> Config:
             kwargs = {}
             for key, value in am.items():
                 if key == "url":
-                    if value is not None and (not isinstance(value, str) or not value.startswith(("http://", "https://"))):
+                    if value is not None and (
+                        not isinstance(value, str) or not value.startswith(("http://", "https://"))
+                    ):
                         bad(("alertmanager", "url"), "must be an http(s) URL")
                     else:
                         kwargs["url"] = value

@@ -42,6 +42,7 @@ class LogLine:
     text: str
     timestamp: float = 0.0  # seconds since the epoch; 0.0 when the source has no clock
     invocation: str = ""  # systemd's INVOCATION_ID, "" when unknown
+    cmdline: str = ""  # the writer's command line (journal _CMDLINE), only on a process's first line
 
 
 class Lifecycle(StrEnum):

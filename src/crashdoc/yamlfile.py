@@ -59,7 +59,7 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> Any:
     if node.tag == "tag:yaml.org,2002:str":
         return node.value
     try:
-        value = yaml.SafeLoader(None).construct_object(node)
+        value = yaml.SafeLoader("").construct_object(node)
     except yaml.YAMLError as exc:
         raise YamlError(node.start_mark.line + 1, f"invalid value: {exc}") from exc
     return value if isinstance(value, str | int | float | bool | type(None)) else str(value)

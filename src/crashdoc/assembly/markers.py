@@ -20,7 +20,7 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("sigquit", "It usually means one child failed"),
     ("child-crashed", "Triggering SIGQUIT for cleanup"),
     ("watchdog-timeout", "watchdog timeout (self.watchdog_timeout="),
-    ("server-args", "server_args=ServerArgs("),
+    ("server-args", "server_args="),
     ("kv-cache", "KV Cache is allocated."),
     ("kill-tree", "kill_process_tree called"),
     ("warmup-failed", "Initialization failed. warmup error"),
@@ -41,20 +41,28 @@ def find_marker(line: LogLine) -> Marker | None:
     return Marker(line.unit, line.pid, kind, body, line.timestamp, line.invocation)
 
 
-_SERVER_ARG = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"(?:[^\"\\]|\\.)*\"|\[[^\]]*\]|\{[^}]*\}|[^,()]+)")
+_VALUE = r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|\{[^}]*\}|[^,(){}]+)"""
+_SERVER_ARG = re.compile(r"(\w+)=" + _VALUE)  # server_args=ServerArgs(name=value, ...) (before 0.5.2x)
+_SERVER_ARG_DICT = re.compile(r"'(\w+)':\s*" + _VALUE)  # server_args={'name': value, ...} (0.5.23)
 
 
 def parse_server_args(text: str) -> dict[str, str]:
-    """`server_args=ServerArgs(model_path='x', tp_size=8, ...)` -> {"--model-path": "x", "--tp-size": "8"}.
+    """`server_args={'model_path': 'x', 'tp_size': 8, ...}` (or the older `ServerArgs(...)` form) ->
+    {"--model-path": "x", "--tp-size": "8"}.
 
     These are the resolved values, not the argv, but they let a diagnosis read a flag's value
     from journal files alone (no D-Bus, no unit file).
     """
     start = text.find("ServerArgs(")
-    if start < 0:
-        return {}
+    if start >= 0:
+        pairs = _SERVER_ARG.findall(text[start + len("ServerArgs(") :])
+    else:
+        start = text.find("server_args={")
+        if start < 0:
+            return {}
+        pairs = _SERVER_ARG_DICT.findall(text[start + len("server_args={") :])
     flags: dict[str, str] = {}
-    for name, raw in _SERVER_ARG.findall(text[start + len("ServerArgs(") :]):
+    for name, raw in pairs:
         value = raw.strip()
         if value[:1] in "'\"" and value[-1:] == value[:1]:
             value = value[1:-1]

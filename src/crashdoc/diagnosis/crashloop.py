@@ -82,11 +82,13 @@ class LoopTracker:
                 return self._move(LoopState.FAILED, at)
             return None
         recent = [c for c in self.crashes if not c.before_ready and at - c.at <= self.thresholds.runtime_window]
-        if self.startup_streak >= self.thresholds.startup_crashes or len(recent) >= self.thresholds.runtime_crashes or (
-            inv.start_limit_hit
+        if (
+            self.startup_streak >= self.thresholds.startup_crashes
+            or len(recent) >= self.thresholds.runtime_crashes
+            or (inv.start_limit_hit)
         ):
             count = self.startup_streak if self.startup_streak >= self.thresholds.startup_crashes else len(recent)
-            self.loop_crashes = list(self.crashes)[-max(count, 1):]
+            self.loop_crashes = list(self.crashes)[-max(count, 1) :]
             continuing = self.recovered_at is not None and at - self.recovered_at <= self.thresholds.flap_window
             if not continuing or self.loop_started_at is None:
                 self.loop_started_at = self.loop_crashes[0].at

@@ -111,6 +111,8 @@ class Engine:
             self.now = max(self.now, line.timestamp)
         inv = self._invocation_for(rec, line.invocation, line.timestamp)
         inv.add_line(line)
+        if line.cmdline and not inv.cmdline and _launches_sglang(line.cmdline):
+            inv.cmdline = tuple(line.cmdline.split())  # journald joins argv with spaces: good enough without D-Bus
         done = self.assembler.feed(line)
         for tb in done:
             self._add_traceback(rec, tb)
@@ -178,8 +180,10 @@ class Engine:
             if rec.n_restarts is not None and state.n_restarts < rec.n_restarts:
                 rec.restarts_total += 0  # a reset (manual restart, reset-failed): the counter keeps counting
             rec.n_restarts = state.n_restarts
-        if state.exec_start and rec.current is not None and not rec.current.cmdline:
+        if state.exec_start and rec.current is not None and rec.current.cmdline != state.exec_start:
             rec.current.cmdline = state.exec_start
+            if rec.diagnosis is not None and rec.diagnosis.fix.changes and not rec.diagnosis.fix.command:
+                self._refresh_loop_diagnosis(rec, "loop-updated")  # now the fix can show the real command
         if state.active_state == "failed" and (previous is None or previous.active_state != "failed"):
             self._settle(rec)
             if rec.loop.looping or rec.crashes_total:
@@ -347,8 +351,13 @@ class Engine:
             rec.last_diagnosis = rec.diagnosis or rec.last_diagnosis
             rec.diagnosis = None
             self._events.append(
-                EngineEvent("recovered" if new is LoopState.RECOVERED else "stopped", rec.name, transition.at,
-                            rec.last_diagnosis, transition)
+                EngineEvent(
+                    "recovered" if new is LoopState.RECOVERED else "stopped",
+                    rec.name,
+                    transition.at,
+                    rec.last_diagnosis,
+                    transition,
+                )
             )
 
     def _refresh_loop_diagnosis(self, rec: UnitRecord, kind: str, transition: Transition | None = None) -> None:
@@ -422,3 +431,7 @@ class Engine:
                 count = found[key][2] + len(finding.processes) if key in found else len(finding.processes)
                 found[key] = (finding, inv, count)
         return [self._build(rec, inv, f, crashes=n, confidence=1.0) for f, inv, n in found.values()]
+
+
+def _launches_sglang(cmdline: str) -> bool:
+    return "sglang.launch_server" in cmdline or "sglang serve" in cmdline or "/sglang serve" in cmdline

@@ -115,8 +115,10 @@ class DiagnosisBuilder:
             severity="critical",
             root_cause=RootCause(type="", message="the unit's processes died without logging a traceback", line=""),
             flags=[],
-            fix=Fix(summary="No error was logged. Check `journalctl -u UNIT -o verbose` around the exits, "
-                    "`dmesg -T | grep -i oom`, and `coredumpctl list UNIT`."),
+            fix=Fix(
+                summary="No error was logged. Check `journalctl -u UNIT -o verbose` around the exits, "
+                "`dmesg -T | grep -i oom`, and `coredumpctl list UNIT`."
+            ),
             fingerprint="unexplained",
             evidence=evidence,
             restarts=ctx.n_restarts,
@@ -155,8 +157,12 @@ def _unknown_title(finding: Finding) -> str:
 
 def _unknown_advice(finding: Finding) -> str:
     if finding.kind == "exit":
-        return ("No signature knows this exit. If it was SIGKILL without a traceback, check the kernel OOM killer "
-                "(`dmesg -T | grep -i oom`) and the unit's MemoryMax=; a core dump points at a native crash "
-                "(`coredumpctl info`).")
-    return ("No signature knows this error yet. The root-cause line and fingerprint identify it across restarts; "
-            "`crashdoc signatures mine` and the runbook template help to add one.")
+        return (
+            "No signature knows this exit. If it was SIGKILL without a traceback, check the kernel OOM killer "
+            "(`dmesg -T | grep -i oom`) and the unit's MemoryMax=; a core dump points at a native crash "
+            "(`coredumpctl info`)."
+        )
+    return (
+        "No signature knows this error yet. The root-cause line and fingerprint identify it across restarts; "
+        "`crashdoc signatures mine` and the runbook template help to add one."
+    )

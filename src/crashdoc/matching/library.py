@@ -239,8 +239,13 @@ def _check_semantics(
     has_line = "line" in match
     has_tb = "exception" in match or "message" in match
     if has_line and has_tb:
-        problems.append(Problem(name, at("match"), "match: use `line` (a line-level signature) or "
-                                "`exception`/`message` (a traceback signature), not both"))
+        problems.append(
+            Problem(
+                name,
+                at("match"),
+                "match: use `line` (a line-level signature) or `exception`/`message` (a traceback signature), not both",
+            )
+        )
     if not has_line and not has_tb and "exit" not in match:
         problems.append(Problem(name, at("match"), "match: needs `exception`, `message`, `line` or `exit`"))
     if "frame" in match and not has_tb:

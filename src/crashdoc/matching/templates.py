@@ -70,8 +70,8 @@ def render(template: str, captures: Mapping[str, str], flags: Mapping[str, str])
 
 def render_text(template: str, captures: Mapping[str, str], flags: Mapping[str, str]) -> str:
     """Render for prose: unknown values vanish and the spacing around them is tidied."""
-    text = _TEMPLATE.sub(lambda m: _evaluate(m.group(1), captures, flags) or "", template)
-    return re.sub(r" +([`),.;])", r"\1", text).strip()
+    text = _TEMPLATE.sub(lambda m: _evaluate(m.group(1), captures, flags) or "\x00", template)
+    return re.sub(r" *\x00", "", text).strip()
 
 
 def _evaluate(body: str, captures: Mapping[str, str], flags: Mapping[str, str]) -> str | None:

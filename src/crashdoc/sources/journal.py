@@ -199,19 +199,23 @@ class JournalSource:
             return None
         key = (unit_raw, pid_raw)
         invocation = self._invocations.get(key)
-        if invocation is None:
+        cmdline = ""
+        if invocation is None:  # a process's first line: who is it, and which run does it belong to
             try:
                 invocation = get("_SYSTEMD_INVOCATION_ID").decode("ascii", "replace")
             except KeyError:
                 invocation = ""
+            cmdline = _optional(get, "_CMDLINE") or ""
             if len(self._invocations) > 50_000:
                 self._invocations.clear()
             self._invocations[key] = invocation
-        text = message.decode("utf-8", "replace") if len(message) <= MAX_MESSAGE_CHARS else (
-            message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
+        text = (
+            message.decode("utf-8", "replace")
+            if len(message) <= MAX_MESSAGE_CHARS
+            else (message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
         )
         self.stats.lines += 1
-        return LogLine(unit_raw.decode("utf-8", "replace"), int(pid_raw), text, realtime() / 1e6, invocation)
+        return LogLine(unit_raw.decode("utf-8", "replace"), int(pid_raw), text, realtime() / 1e6, invocation, cmdline)
 
     def _pid1_record(self, get, realtime) -> LifecycleRecord | None:
         if get("_PID") != b"1":

@@ -78,8 +78,20 @@ def normalise_exit_status(code: str | None, status: str | None) -> str | None:
     return status
 
 
-_SIGNALS = {1: "HUP", 2: "INT", 3: "QUIT", 4: "ILL", 6: "ABRT", 7: "BUS", 8: "FPE", 9: "KILL", 11: "SEGV", 13: "PIPE",
-            14: "ALRM", 15: "TERM"}
+_SIGNALS = {
+    1: "HUP",
+    2: "INT",
+    3: "QUIT",
+    4: "ILL",
+    6: "ABRT",
+    7: "BUS",
+    8: "FPE",
+    9: "KILL",
+    11: "SEGV",
+    13: "PIPE",
+    14: "ALRM",
+    15: "TERM",
+}
 
 
 def describe_exit(code: str | None, status: str | None) -> str | None:

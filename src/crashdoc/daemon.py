@@ -1,0 +1,450 @@
+"""`crashdoc run`: wires journal, D-Bus, the engine and the outputs together.
+
+One thread owns the engine and runs a select loop over the journal's inotify fd, the D-Bus
+fd and a wake-up pipe (library reloads, signals). The HTTP server and the Alertmanager
+sender run in their own threads and read under the same lock. Decisions belong to the
+engine; this module only moves events between parts and keeps time.
+"""
+
+from __future__ import annotations
+
+import os
+import selectors
+import signal
+import sys
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crashdoc.config import Config
+from crashdoc.diagnosis.engine import Engine, EngineEvent
+from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.events import LifecycleRecord, LogLine
+from crashdoc.matching.library import builtin_signature_dirs
+from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
+from crashdoc.outputs.html import diagnosis_section, esc, index_page, markdown, page
+from crashdoc.outputs.http import HttpServer
+from crashdoc.outputs.journal_records import JournalRecorder
+from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
+from crashdoc.outputs.render import diagnoses_json
+from crashdoc.sources.cursor import CursorStore
+from crashdoc.sources.journal import JournalSource, UnitFilter
+from crashdoc.sources.units import UnitWatcher
+
+BATCH = 2000  # journal entries per read; the loop checks timers and signals between batches
+BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald delays wake-ups up to 250 ms)
+IDLE_TIMEOUT = 1.0
+BUSY_PERIOD = 3.0
+SAVE_INTERVAL = 1.0
+
+
+def log(message: str) -> None:
+    print(f"crashdoc: {message}", file=sys.stderr, flush=True)
+
+
+@dataclass(slots=True)
+class Daemon:
+    config: Config
+    holder: LibraryHolder
+    engine: Engine
+    source: JournalSource
+    store: CursorStore
+    watcher: UnitWatcher | None
+    recorder: JournalRecorder
+    health: Health = field(default_factory=Health)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    alerts: object | None = None  # outputs.alerts.AlertSender when configured
+    notify: Callable[[str], None] = lambda state: None
+    _stop: bool = False
+    _reload_requested: bool = False
+    _wake_w: int = -1
+    _busy_until: float = 0.0
+    _last_save: float = 0.0
+    _dirty: bool = False
+    _registry: object | None = None
+
+    # --- the HTTP view (read under the lock) ---------------------------------------------
+
+    def metrics(self) -> bytes:
+        return exposition(self._registry)
+
+    def diagnoses_json(self, unit: str | None) -> str:
+        with self.lock:
+            return diagnoses_json(self.engine.diagnoses([unit] if unit else None))
+
+    def unit_page(self, unit: str) -> bytes | None:
+        with self.lock:
+            rec = self.engine.units().get(unit)
+            if rec is None:
+                return None
+            d = rec.diagnosis or rec.last_diagnosis
+            state = rec.loop.state.value
+            body = [
+                f"<h1>{esc(unit)}: {esc(state)}</h1>",
+                f"<p class='meta'>NRestarts {esc(rec.n_restarts)} &middot; restarts seen {esc(rec.restarts_total)}"
+                f" &middot; crashes {esc(rec.crashes_total)}</p>",
+            ]
+            if d is not None:
+                if rec.diagnosis is None:
+                    body.append("<p class='ok'>Not crash-looping now; the last diagnosis was:</p>")
+                body.append(diagnosis_section(d, self.runbook_url(d.signature, unit)))
+            else:
+                body.append("<p class='ok'>No crash loop diagnosed.</p>")
+            return page(f"{unit} - crashdoc", "".join(body))
+
+    def runbook_page(self, signature: str) -> bytes | None:
+        with self.lock:
+            sig = self.holder.library.get(signature)
+            if sig is None:
+                return None
+            body = [
+                f"<h1>{esc(sig.title)}</h1>",
+                f"<p class='meta'>{esc(sig.id)} &middot; {esc(sig.category)} &middot; {esc(sig.severity)}"
+                f" &middot; flags: {esc(' '.join(sig.flags))}</p>",
+                markdown(sig.runbook),
+            ]
+            for rec in self.engine.units().values():
+                d = rec.diagnosis or rec.last_diagnosis
+                if d is not None and d.signature == signature:
+                    body.append(f"<h2>Latest on {esc(rec.name)} ({esc(rec.loop.state.value)})</h2>")
+                    body.append(diagnosis_section(d))
+            return page(f"{sig.id} - crashdoc runbook", "".join(body))
+
+    def index_page(self) -> bytes:
+        with self.lock:
+            rows = []
+            for rec in sorted(self.engine.units().values(), key=lambda r: r.name):
+                d = rec.diagnosis
+                rows.append(
+                    (rec.name, rec.loop.state.value, (d.signature or "unknown") if d else "", d.title if d else "")
+                )
+        return index_page(rows)
+
+    def health_status(self) -> tuple[bool, dict[str, object]]:
+        h = self.health
+        detail = {
+            "dbus_up": h.dbus_up,
+            "journal_lag_seconds": h.journal_lag_seconds,
+            "journal_last_entry_timestamp": h.journal_last_entry_timestamp,
+            "signatures_loaded": h.signatures_loaded,
+            "state_writable": h.state_writable,
+            "last_state_error": self.store.last_error,
+            "last_dbus_error": self.watcher.last_error if self.watcher else "disabled",
+        }
+        return True, detail
+
+    def runbook_url(self, signature: str | None, unit: str) -> str:
+        base = (self.config.runbook_base_url or f"http://{_display_host(self.config.listen)}").rstrip("/")
+        return f"{base}/runbook/{signature}" if signature else f"{base}/units/{unit}"
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        self._registry = make_registry(CrashdocCollector(self.engine.units, self.health, self.lock))
+        self.health.started_at = time.time()
+        self.health.signatures_loaded = len(self.holder.library)
+        saved = self.store.load()
+        if saved.warning:
+            log(saved.warning)
+        if saved.cursor and self.source.seek_cursor(saved.cursor):
+            log("resuming the journal after the saved cursor")
+        else:
+            if saved.cursor:
+                log("the saved cursor is no longer in the journal; starting at its end")
+            self.source.seek_tail()
+        if self.watcher is not None:
+            if self.watcher.connect():
+                self.health.dbus_up = True
+                for unit in self.watcher.discover():
+                    self.engine.watch(unit)
+                    self._refresh_unit(unit)
+            else:
+                log(f"{self.watcher.last_error}; working from the journal alone until it comes back")
+
+    def run(self, http: HttpServer | None) -> int:
+        sel = selectors.DefaultSelector()
+        wake_r, self._wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        sel.register(wake_r, selectors.EVENT_READ, "wake")
+        sel.register(self.source.fileno(), selectors.EVENT_READ, "journal")
+        dbus_fd = self._register_dbus(sel, None)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.request_stop())
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
+        watcher = LibraryWatcher(self.holder.folders, self.request_reload)
+        watcher.start()
+        if http is not None:
+            http.start()
+        self.notify("READY=1\nSTATUS=watching " + ", ".join(r.pattern for r in self.config.units))
+        try:
+            self._drain()
+            while not self._stop:
+                timeout = BUSY_TIMEOUT if time.monotonic() < self._busy_until else IDLE_TIMEOUT
+                for key, _ in sel.select(timeout):
+                    if key.data == "wake":
+                        try:
+                            os.read(wake_r, 4096)
+                        except BlockingIOError:
+                            pass
+                    elif key.data == "journal":
+                        self.source.process()
+                    elif key.data == "dbus":
+                        self._dbus_ready()
+                if self._reload_requested:
+                    self._reload_requested = False
+                    self._reload()
+                self._drain()
+                self._tick()
+                dbus_fd = self._register_dbus(sel, dbus_fd)
+                self.notify("WATCHDOG=1")
+        finally:
+            self.notify("STOPPING=1")
+            watcher.stop()
+            if http is not None:
+                http.stop()
+            self._save(force=True)
+            if self.alerts is not None:
+                self.alerts.stop()  # type: ignore[attr-defined]
+            os.close(wake_r)
+            os.close(self._wake_w)
+        return 0
+
+    def request_stop(self) -> None:
+        self._stop = True
+        self._wake()
+
+    def request_reload(self) -> None:
+        self._reload_requested = True
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    # --- the loop's steps ----------------------------------------------------------------
+
+    def _drain(self) -> None:
+        """Read everything the journal has, batch by batch; effects, then the cursor."""
+        while not self._stop:
+            events = self.source.read(BATCH)
+            if not events:
+                self._update_journal_health()
+                if self.source.stats.entries and self.source.cursor != self.store.last_saved:
+                    self._dirty = True
+                self._save()
+                return
+            with self.lock:
+                for event in events:
+                    if isinstance(event, LogLine):
+                        self.engine.on_line(event)
+                    else:
+                        self._on_lifecycle(event)
+                self._emit(self.engine.events())
+            self._busy_until = time.monotonic() + BUSY_PERIOD
+            self._dirty = True
+            self._update_journal_health()
+            self._save()
+
+    def _on_lifecycle(self, record: LifecycleRecord) -> None:
+        self.engine.on_lifecycle(record)
+        if self.watcher is not None and self.watcher.up:
+            self._refresh_unit(record.unit)
+
+    def _refresh_unit(self, unit: str) -> None:
+        assert self.watcher is not None
+        state = self.watcher.state(unit)
+        self.health.dbus_up = self.watcher.up
+        if state is not None:
+            self.engine.on_unit_state(state)
+
+    def _dbus_ready(self) -> None:
+        assert self.watcher is not None
+        changed = self.watcher.process()
+        self.health.dbus_up = self.watcher.up
+        if changed:
+            # systemd tells D-Bus at once, journald wakes readers up to 250 ms later: read now
+            self._drain()
+            with self.lock:
+                for unit in changed:
+                    self.engine.watch(unit)
+                    self._refresh_unit(unit)
+                self._emit(self.engine.events())
+            self._busy_until = time.monotonic() + BUSY_PERIOD
+
+    def _register_dbus(self, sel: selectors.BaseSelector, current: int | None) -> int | None:
+        if self.watcher is None:
+            return None
+        if not self.watcher.up:
+            if current is not None:
+                try:
+                    sel.unregister(current)
+                except (KeyError, ValueError):
+                    pass
+                current = None
+            if self.watcher.maybe_reconnect():
+                log("D-Bus is back")
+                with self.lock:
+                    for unit in self.watcher.discover():
+                        self.engine.watch(unit)
+                        self._refresh_unit(unit)
+            self.health.dbus_up = self.watcher.up
+        fd = self.watcher.fileno() if self.watcher.up else None
+        if fd is not None and fd != current:
+            if current is not None:
+                try:
+                    sel.unregister(current)
+                except (KeyError, ValueError):
+                    pass
+            sel.register(fd, selectors.EVENT_READ, "dbus")
+            return fd
+        return current
+
+    def _tick(self) -> None:
+        with self.lock:
+            self.engine.tick(time.time())
+            self._emit(self.engine.events())
+        if self.alerts is not None:
+            self.alerts.tick()  # type: ignore[attr-defined]
+
+    def _reload(self) -> None:
+        with self.lock:
+            self.holder.reload()
+            self.health.signatures_loaded = len(self.holder.library)
+            self.health.signature_reloads = self.holder.reloads
+            self.health.signature_reload_errors = self.holder.errors
+
+    def _emit(self, events: list[EngineEvent]) -> None:
+        """Effects of what the engine decided: journal records, alert state, latency."""
+        for event in events:
+            if event.kind in ("loop-started", "loop-updated", "failed", "recovered", "stopped"):
+                if self.recorder.record(event):
+                    self.health.journal_records_written = self.recorder.written
+                elif self.recorder.last_error:
+                    log(self.recorder.last_error)
+                    self.recorder.last_error = ""
+                if event.kind in ("loop-started", "failed") and event.diagnosis is not None:
+                    crash_at = event.diagnosis.timestamp or event.at
+                    self.health.diagnosis_latency.observe(max(0.0, time.time() - crash_at))
+                    d = event.diagnosis
+                    log(f"{event.unit} is crash-looping: {d.root_cause.line or d.title} -- fix: {d.fix.summary}")
+                elif event.kind == "recovered":
+                    log(f"{event.unit} recovered")
+        if self.alerts is not None and events:
+            self.alerts.update(self._active_alerts())  # type: ignore[attr-defined]
+
+    def _active_alerts(self) -> dict[str, object]:
+        return {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
+
+    def _update_journal_health(self) -> None:
+        stats = self.source.stats
+        h = self.health
+        h.journal_entries_read = stats.entries
+        h.journal_read_errors = stats.errors
+        if stats.last_timestamp:
+            h.journal_last_entry_timestamp = stats.last_timestamp
+        h.journal_lag_seconds = (
+            0.0
+            if not stats.last_timestamp
+            else max(0.0, time.time() - stats.last_timestamp)
+            if (time.monotonic() < self._busy_until)
+            else 0.0
+        )
+
+    def _save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self._dirty or (not force and now - self._last_save < SAVE_INTERVAL):
+            return
+        cursor = self.source.cursor
+        if cursor is None:
+            return
+        ok = self.store.save(cursor)
+        if not ok and self.health.state_writable:
+            log(f"{self.store.last_error}; diagnosing in memory only")
+        self.health.state_writable = ok
+        self.health.state_write_errors = self.store.write_errors
+        self._last_save = now
+        self._dirty = not ok
+
+
+def _display_host(listen: str) -> str:
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        import socket
+
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
+def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
+    """Assemble a daemon from a configuration (the CLI's `run`)."""
+    from crashdoc.diagnosis.fixes import unit_fix_synthesizer, unit_flags
+
+    folders = [
+        *(builtin_signature_dirs() if config.builtin_signatures else []),
+        *(Path(f) for f in config.signature_folders),
+    ]
+    holder = LibraryHolder(folders, log=log)
+    own = _own_unit()
+    units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
+    engine = Engine(
+        lambda: holder.matcher,
+        thresholds=config.thresholds,
+        role_of=units.role_of,
+        builder=DiagnosisBuilder(unit_fix_synthesizer(), unit_flags),
+    )
+    source = JournalSource(units, directory=config.journal_directory)
+    store = CursorStore(config.state_directory)
+    watcher = UnitWatcher(units) if config.dbus else None
+    daemon = Daemon(config, holder, engine, source, store, watcher, JournalRecorder())
+    daemon.recorder.runbook_url = daemon.runbook_url
+    host, port = _parse(listen or config.listen)
+    http = HttpServer(_ViewAdapter(daemon), host, port)
+    return daemon, http
+
+
+def _parse(listen: str) -> tuple[str, int]:
+    from crashdoc.config import parse_listen
+
+    return parse_listen(listen)
+
+
+def _own_unit() -> str | None:
+    """The unit crashdoc itself runs in, from /proc/self/cgroup: its records must never feed it."""
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        path = line.rsplit(":", 1)[-1]
+        for part in reversed(path.split("/")):
+            if part.endswith(".service"):
+                return part
+    return None
+
+
+@dataclass(slots=True)
+class _ViewAdapter:
+    daemon: Daemon
+
+    def metrics(self) -> bytes:
+        return self.daemon.metrics()
+
+    def diagnoses_json(self, unit: str | None) -> str:
+        return self.daemon.diagnoses_json(unit)
+
+    def unit_page(self, unit: str) -> bytes | None:
+        return self.daemon.unit_page(unit)
+
+    def runbook_page(self, signature: str) -> bytes | None:
+        return self.daemon.runbook_page(signature)
+
+    def index_page(self) -> bytes:
+        return self.daemon.index_page()
+
+    def health(self) -> tuple[bool, dict[str, object]]:
+        return self.daemon.health_status()

@@ -1,0 +1,106 @@
+"""Hot reload of the signature library.
+
+A watchdog observer notices edits in the signature folders; after a short quiet period
+(editors write files in several steps, and a `git checkout` touches many) the whole library
+is loaded again. A library with any problem is rejected as a whole, the problem is logged
+with file and line and counted, and the previous library keeps working.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+
+from crashdoc.matching.library import Library, LibraryError, load_library
+from crashdoc.matching.matcher import Matcher
+
+
+class LibraryHolder:
+    """The active matcher, swapped atomically when a good library has been loaded."""
+
+    def __init__(self, folders: Sequence[Path], log: Callable[[str], None] = print) -> None:
+        self.folders = [Path(f) for f in folders]
+        self._log = log
+        self.reloads = 0
+        self.errors = 0
+        self.last_error = ""
+        self._matcher = Matcher(load_library(self.folders))  # the first load must succeed
+
+    @property
+    def matcher(self) -> Matcher:
+        return self._matcher
+
+    @property
+    def library(self) -> Library:
+        return self._matcher.library
+
+    def reload(self) -> bool:
+        """Load again; True when the new library replaced the old one."""
+        try:
+            matcher = Matcher(load_library(self.folders))
+        except LibraryError as exc:
+            self.errors += 1
+            self.last_error = str(exc.problems[0]) if exc.problems else "unknown problem"
+            self._log(
+                "signature library reload rejected, the previous library stays active:\n"
+                + "\n".join(f"  {p}" for p in exc.problems[:20])
+            )
+            return False
+        except Exception as exc:
+            self.errors += 1
+            self.last_error = f"{type(exc).__name__}: {exc}"
+            self._log(f"signature library reload failed ({self.last_error}); the previous library stays active")
+            return False
+        before = len(self._matcher.library)
+        self._matcher = matcher
+        self.reloads += 1
+        self.last_error = ""
+        self._log(f"signature library reloaded: {len(matcher.library)} signatures (was {before})")
+        return True
+
+
+class LibraryWatcher(FileSystemEventHandler):
+    """Calls `on_change` once edits in the folders have been quiet for `settle` seconds."""
+
+    def __init__(self, folders: Sequence[Path], on_change: Callable[[], None], settle: float = 0.3) -> None:
+        self.folders = [Path(f) for f in folders if Path(f).exists()]
+        self.on_change = on_change
+        self.settle = settle
+        self._observer = Observer()
+        self._timer: threading.Timer | None = None
+        self._lock = threading.Lock()
+        self.last_event = 0.0
+
+    def start(self) -> None:
+        for folder in self.folders:
+            target = folder if folder.is_dir() else folder.parent
+            self._observer.schedule(self, str(target), recursive=True)
+        self._observer.daemon = True
+        self._observer.start()
+
+    def stop(self) -> None:
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+        self._observer.stop()
+        self._observer.join(timeout=5)
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        path = str(event.src_path)
+        dest = str(getattr(event, "dest_path", "") or "")
+        if event.event_type in ("opened", "closed_no_write") or not (
+            path.endswith((".yaml", ".yml")) or dest.endswith((".yaml", ".yml")) or event.is_directory
+        ):
+            return
+        self.last_event = time.monotonic()
+        with self._lock:
+            if self._timer is not None:
+                self._timer.cancel()
+            self._timer = threading.Timer(self.settle, self.on_change)
+            self._timer.daemon = True
+            self._timer.start()

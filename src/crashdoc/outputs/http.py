@@ -1,0 +1,101 @@
+"""The HTTP view: /metrics, /diagnoses, /units/<unit>, /runbook/<signature>, /healthz.
+
+A small threaded server from the standard library: the on-call link needs no framework.
+It reads through a `View`, which takes the daemon's lock, so pages are consistent with the
+metrics scraped at the same moment. It binds only the configured address.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Protocol
+from urllib.parse import parse_qs, unquote, urlsplit
+
+from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+
+class View(Protocol):
+    def metrics(self) -> bytes: ...
+    def diagnoses_json(self, unit: str | None) -> str: ...
+    def unit_page(self, unit: str) -> bytes | None: ...
+    def runbook_page(self, signature: str) -> bytes | None: ...
+    def index_page(self) -> bytes: ...
+    def health(self) -> tuple[bool, dict[str, object]]: ...
+
+
+class HttpServer:
+    def __init__(self, view: View, host: str, port: int) -> None:
+        handler = _handler_for(view)
+        try:
+            self.server = ThreadingHTTPServer((host, port), handler)
+        except OSError as exc:
+            raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
+        self.server.daemon_threads = True
+        self._thread = threading.Thread(target=self.server.serve_forever, name="crashdoc-http", daemon=True)
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self.server.server_address[:2]
+        return str(host), int(port)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def _handler_for(view: View) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        server_version = "crashdoc"
+        sys_version = ""
+
+        def do_GET(self) -> None:
+            url = urlsplit(self.path)
+            path = unquote(url.path)
+            try:
+                if path == "/metrics":
+                    self._send(200, CONTENT_TYPE_LATEST, view.metrics())
+                elif path == "/diagnoses":
+                    unit = parse_qs(url.query).get("unit", [None])[0]
+                    self._send(200, "application/json", view.diagnoses_json(unit).encode())
+                elif path.startswith("/units/"):
+                    self._html(view.unit_page(path[len("/units/") :]))
+                elif path.startswith("/runbook/"):
+                    self._html(view.runbook_page(path[len("/runbook/") :]))
+                elif path == "/healthz":
+                    ok, detail = view.health()
+                    self._send(200 if ok else 503, "application/json", json.dumps(detail).encode())
+                elif path in ("/", "/index.html"):
+                    self._send(200, "text/html; charset=utf-8", view.index_page())
+                else:
+                    self._send(404, "text/plain; charset=utf-8", b"not found\n")
+            except Exception as exc:
+                self._send(500, "text/plain; charset=utf-8", f"internal error: {type(exc).__name__}\n".encode())
+
+        def do_HEAD(self) -> None:
+            self.do_GET()
+
+        def _html(self, body: bytes | None) -> None:
+            if body is None:
+                self._send(404, "text/plain; charset=utf-8", b"not found\n")
+            else:
+                self._send(200, "text/html; charset=utf-8", body)
+
+        def _send(self, status: int, content_type: str, body: bytes) -> None:
+            self.send_response(status)
+            self.send_header("Content-Type", content_type)
+            self.send_header("Content-Length", str(len(body)))
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.send_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+            self.end_headers()
+            if self.command != "HEAD":
+                self.wfile.write(body)
+
+        def log_message(self, format: str, *args: object) -> None:
+            return  # access logs would flood the journal on every scrape
+
+    return Handler

@@ -1,0 +1,120 @@
+"""Diagnoses, loop starts and recoveries written to the journal as structured records.
+
+Fixed MESSAGE_IDs let an engineer list them (`journalctl MESSAGE_ID=e5f9680e...`) and let
+other tools key on them. crashdoc never reads these back as input: they come from
+crashdoc's own unit, which is not a watched unit, and the journal source ignores it.
+Each record carries CRASHDOC_EVENT_ID, stable for one event, so a restarted crashdoc that
+re-reads its last entries does not write the same record twice.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crashdoc.diagnosis.engine import EngineEvent
+from crashdoc.outputs.redact import redact
+
+MESSAGE_ID_LOOP_STARTED = "e5f9680e52774903bd4465732f57a1a4"
+MESSAGE_ID_DIAGNOSIS = "7c8ef035a6534e30ad5edf56eb4f94a9"
+MESSAGE_ID_RECOVERED = "4afcbf8af7bc4226b9d6f71640b16277"
+MESSAGE_ID_FAILED = "28eba4b413844984b283a18e44d25db9"
+OWN_MESSAGE_IDS = frozenset({MESSAGE_ID_LOOP_STARTED, MESSAGE_ID_DIAGNOSIS, MESSAGE_ID_RECOVERED, MESSAGE_ID_FAILED})
+
+_KIND_TO_ID = {
+    "loop-started": MESSAGE_ID_LOOP_STARTED,
+    "loop-updated": MESSAGE_ID_DIAGNOSIS,
+    "failed": MESSAGE_ID_FAILED,
+    "recovered": MESSAGE_ID_RECOVERED,
+    "stopped": MESSAGE_ID_RECOVERED,
+}
+_PRIORITY = {"loop-started": 2, "failed": 2, "loop-updated": 3, "recovered": 5, "stopped": 5}  # crit, err, notice
+
+Send = Callable[..., None]
+
+
+def _journal_send(**fields: str) -> None:
+    from systemd import journal
+
+    journal.send(**fields)
+
+
+@dataclass(slots=True)
+class JournalRecorder:
+    send: Send = _journal_send
+    runbook_url: Callable[[str | None, str], str] = lambda signature, unit: ""
+    written: int = 0
+    errors: int = 0
+    last_error: str = ""
+    _seen: set[str] = field(default_factory=set)
+
+    def record(self, event: EngineEvent) -> bool:
+        """Write one record for a loop event; crashes and line failures are not recorded one by one."""
+        message_id = _KIND_TO_ID.get(event.kind)
+        if message_id is None:
+            return False
+        d = event.diagnosis
+        event_id = _event_id(event)
+        if event_id in self._seen:
+            return False
+        fields = {
+            "MESSAGE_ID": message_id,
+            "PRIORITY": str(_PRIORITY.get(event.kind, 5)),
+            "SYSLOG_IDENTIFIER": "crashdoc",
+            "CRASHDOC_EVENT": event.kind,
+            "CRASHDOC_EVENT_ID": event_id,
+            "CRASHDOC_UNIT": event.unit,
+        }
+        if d is not None:
+            fields.update(
+                CRASHDOC_SIGNATURE=d.signature or "unknown",
+                CRASHDOC_CATEGORY=d.category,
+                CRASHDOC_SEVERITY=d.severity,
+                CRASHDOC_ROOT_CAUSE=d.root_cause.line[:2000],
+                CRASHDOC_FIX=d.fix.summary,
+                CRASHDOC_FINGERPRINT=d.fingerprint,
+                CRASHDOC_CONFIDENCE=f"{d.confidence:.2f}",
+                CRASHDOC_CRASHES=str(d.crashes),
+                CRASHDOC_RUNBOOK_URL=self.runbook_url(d.signature, event.unit),
+            )
+            if d.restarts is not None:
+                fields["CRASHDOC_NRESTARTS"] = str(d.restarts)
+            if d.fix.command:
+                fields["CRASHDOC_FIXED_COMMAND"] = d.fix.command
+        fields["MESSAGE"] = _message(event)
+        fields = {k: redact(v) for k, v in fields.items()}
+        try:
+            self.send(**fields)
+        except OSError as exc:
+            self.errors += 1
+            self.last_error = f"cannot write to the journal: {exc}"
+            return False
+        self._seen.add(event_id)
+        if len(self._seen) > 10_000:
+            self._seen.clear()
+        self.written += 1
+        return True
+
+
+def _event_id(event: EngineEvent) -> str:
+    d = event.diagnosis
+    parts = [event.kind, event.unit, f"{event.at:.6f}", (d.signature or d.fingerprint) if d else ""]
+    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:20]
+
+
+def _message(event: EngineEvent) -> str:
+    d = event.diagnosis
+    unit = event.unit
+    if event.kind == "recovered":
+        return f"{unit} recovered from its crash loop" + (f" ({d.signature or 'unknown'})" if d else "")
+    if event.kind == "stopped":
+        return f"{unit} was stopped; it is no longer crash-looping"
+    if d is None:
+        return f"{unit}: {event.kind}"
+    prefix = {
+        "loop-started": "is crash-looping",
+        "failed": "failed (start limit hit)",
+        "loop-updated": "crash loop diagnosis changed",
+    }.get(event.kind, event.kind)
+    return f"{unit} {prefix}: {d.root_cause.line or d.title} -- fix: {d.fix.summary}"

@@ -1,0 +1,94 @@
+"""The journal position, kept across restarts of crashdoc.
+
+Written atomically (write a temporary file, fsync it, rename it over the old one, fsync the
+folder) and only after the entries up to that cursor had their effects, so a crash of
+crashdoc at any moment re-reads at most what it had not finished, and never skips. A
+folder that is read-only or full is reported, and crashdoc keeps working in memory.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+STATE_FILE = "state.json"
+FORMAT_VERSION = 1
+
+
+@dataclass(slots=True)
+class SavedState:
+    cursor: str | None = None
+    data: dict[str, Any] = field(default_factory=dict)  # whatever the daemon needs to resume exactly
+    warning: str = ""  # why the saved state could not be used, if it could not
+
+
+class CursorStore:
+    def __init__(self, directory: str | Path) -> None:
+        self.directory = Path(directory)
+        self.path = self.directory / STATE_FILE
+        self.writable = True
+        self.write_errors = 0
+        self.last_error = ""
+        self.last_saved: str | None = None
+
+    def load(self) -> SavedState:
+        """The saved position, or an empty state with a warning saying why it is unusable."""
+        try:
+            raw = self.path.read_bytes()
+        except FileNotFoundError:
+            return SavedState()
+        except OSError as exc:
+            return SavedState(warning=f"cannot read {self.path}: {exc.strerror or exc}; starting at the journal's end")
+        try:
+            doc = json.loads(raw.decode("utf-8"))
+            if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
+                raise ValueError("unknown format")
+            cursor = doc.get("cursor")
+            if cursor is not None and (not isinstance(cursor, str) or "=" not in cursor):
+                raise ValueError("bad cursor")
+            data = doc.get("data") or {}
+            if not isinstance(data, dict):
+                raise ValueError("bad data")
+        except (ValueError, UnicodeDecodeError) as exc:
+            return SavedState(warning=f"{self.path} is unreadable ({exc}); starting at the journal's end")
+        self.last_saved = cursor
+        return SavedState(cursor=cursor, data=data)
+
+    def save(self, cursor: str | None, data: dict[str, Any] | None = None) -> bool:
+        """Persist atomically; False (and `last_error`) when the folder cannot take it."""
+        doc = {"version": FORMAT_VERSION, "cursor": cursor, "saved_at": time.time(), "data": data or {}}
+        payload = json.dumps(doc, separators=(",", ":")).encode()
+        tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
+        try:
+            self.directory.mkdir(parents=True, exist_ok=True)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
+            try:
+                view = memoryview(payload)
+                while view:
+                    written = os.write(fd, view)
+                    view = view[written:]
+                os.fsync(fd)
+            finally:
+                os.close(fd)
+            os.replace(tmp, self.path)
+            dir_fd = os.open(self.directory, os.O_RDONLY | os.O_DIRECTORY)
+            try:
+                os.fsync(dir_fd)
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            self.writable = False
+            self.write_errors += 1
+            self.last_error = f"cannot save state in {self.directory}: {exc.strerror or exc}"
+            try:
+                tmp.unlink(missing_ok=True)
+            except OSError:
+                pass
+            return False
+        self.writable = True
+        self.last_saved = cursor
+        return True

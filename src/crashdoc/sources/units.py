@@ -1,0 +1,250 @@
+"""What systemd says about the watched units, over D-Bus (pystemd).
+
+The journal says what happened; D-Bus says what is true now: NRestarts (which a manual
+restart resets), ActiveState/SubState, Result, the real ExecStart argv and the files the
+unit is made of. The watcher subscribes to PropertiesChanged instead of polling, and when
+the bus goes away it says so (crashdoc_dbus_up 0), lets crashdoc carry on from the journal
+alone, and reconnects with backoff.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from crashdoc.events import UnitState
+from crashdoc.sources.journal import UnitFilter
+
+SYSTEMD = b"org.freedesktop.systemd1"
+MANAGER_PATH = b"/org/freedesktop/systemd1"
+MANAGER_IFACE = b"org.freedesktop.systemd1.Manager"
+UNIT_IFACE = b"org.freedesktop.systemd1.Unit"
+SERVICE_IFACE = b"org.freedesktop.systemd1.Service"
+PROPS_IFACE = b"org.freedesktop.DBus.Properties"
+
+
+# D-Bus signatures of the properties read (pystemd's get_property needs them)
+_TYPES: dict[bytes, bytes] = {
+    b"LoadState": b"s",
+    b"ActiveState": b"s",
+    b"SubState": b"s",
+    b"InvocationID": b"ay",
+    b"FragmentPath": b"s",
+    b"DropInPaths": b"as",
+    b"Result": b"s",
+    b"NRestarts": b"u",
+    b"ExecMainStatus": b"i",
+    b"ExecMainCode": b"i",
+    b"ExecStart": b"a(sasbttttuii)",
+    b"EnvironmentFiles": b"a(sb)",
+}
+
+
+def unit_path(name: str) -> bytes:
+    """systemd's object path for a unit: every byte outside [A-Za-z0-9] becomes _XX."""
+    escaped = "".join(ch if ch.isascii() and ch.isalnum() else f"_{ord(ch):02x}" for ch in name)
+    return b"/org/freedesktop/systemd1/unit/" + escaped.encode()
+
+
+def _text(value: object) -> str:
+    return value.decode("utf-8", "replace") if isinstance(value, bytes) else str(value)
+
+
+@dataclass(slots=True)
+class UnitWatcher:
+    units: UnitFilter
+    reconnect_after: float = 1.0  # seconds; doubles up to reconnect_max while the bus is gone
+    reconnect_max: float = 30.0
+    up: bool = False
+    last_error: str = ""
+    bus: object | None = None
+    _paths: dict[bytes, str] = field(default_factory=dict)  # object path -> unit name
+    _dirty: set[str] = field(default_factory=set)
+    _next_attempt: float = 0.0
+    _backoff: float = 1.0
+    _clock: Callable[[], float] = time.monotonic
+    _callbacks: tuple[object, ...] = ()
+
+    # --- connection ----------------------------------------------------------------------
+
+    def connect(self) -> bool:
+        """Open the system bus and subscribe; False (with `last_error`) when there is no bus."""
+        try:
+            from pystemd.dbuslib import DBus
+        except ImportError as exc:  # pragma: no cover - a broken install
+            self.last_error = f"pystemd is not usable: {exc}"
+            return False
+        self.close()
+        try:
+            bus = DBus()
+            bus.open()
+
+            # pystemd stores metadata on the callback object and keeps only a C pointer to it:
+            # plain functions (not bound methods), and a reference held here
+            def on_changed(msg: object, error: object = None, userdata: object = None) -> None:
+                self._on_properties_changed(msg)
+
+            def on_new(msg: object, error: object = None, userdata: object = None) -> None:
+                self._on_unit_new(msg)
+
+            self._callbacks = (on_changed, on_new)
+            bus.match_signal(SYSTEMD, None, PROPS_IFACE, b"PropertiesChanged", on_changed)
+            bus.match_signal(SYSTEMD, MANAGER_PATH, MANAGER_IFACE, b"UnitNew", on_new)
+            bus.call_method(SYSTEMD, MANAGER_PATH, MANAGER_IFACE, b"Subscribe", [])
+        except Exception as exc:
+            self.up = False
+            self.last_error = f"D-Bus unavailable: {exc}"
+            self._schedule_retry()
+            return False
+        self.bus = bus
+        self.up = True
+        self.last_error = ""
+        self._backoff = self.reconnect_after
+        return True
+
+    def maybe_reconnect(self) -> bool:
+        """Called on a timer: reconnect when the bus was lost and the backoff has passed."""
+        if self.up or self._clock() < self._next_attempt:
+            return False
+        return self.connect()
+
+    def close(self) -> None:
+        bus, self.bus = self.bus, None
+        if bus is not None:
+            try:
+                bus.close()  # type: ignore[attr-defined]
+            except Exception:
+                pass
+
+    def _schedule_retry(self) -> None:
+        self._next_attempt = self._clock() + self._backoff
+        self._backoff = min(self._backoff * 2, self.reconnect_max)
+
+    def _lost(self, exc: BaseException) -> None:
+        self.up = False
+        self.last_error = f"D-Bus connection lost: {exc}"
+        self.close()
+        self._schedule_retry()
+
+    def fileno(self) -> int | None:
+        if self.bus is None:
+            return None
+        try:
+            return int(self.bus.get_fd())  # type: ignore[attr-defined]
+        except Exception:
+            return None
+
+    # --- discovery and state -------------------------------------------------------------
+
+    def discover(self) -> list[str]:
+        """Loaded units whose names the configuration watches."""
+        if self.bus is None:
+            return []
+        try:
+            reply = self.bus.call_method(  # type: ignore[attr-defined]
+                SYSTEMD, MANAGER_PATH, MANAGER_IFACE, b"ListUnits", []
+            ).body
+        except Exception as exc:
+            self._lost(exc)
+            return []
+        names = []
+        rows = reply[0] if reply and isinstance(reply[0], list) else (reply or [])
+        for row in rows:
+            name = _text(row[0])
+            if self.units.role_of(name) is not None:
+                names.append(name)
+                self._paths[bytes(row[6]) if isinstance(row[6], bytes) else unit_path(name)] = name
+        return sorted(names)
+
+    def state(self, unit: str) -> UnitState | None:
+        """The unit's properties right now; None when the bus is gone."""
+        if self.bus is None:
+            return None
+        path = unit_path(unit)
+        self._paths[path] = unit
+
+        def prop(iface: bytes, name: bytes) -> object:
+            return self.bus.get_property(SYSTEMD, path, iface, name, _TYPES[name])  # type: ignore[attr-defined]
+
+        try:
+            load_state = _text(prop(UNIT_IFACE, b"LoadState"))
+            st = UnitState(unit=unit, timestamp=time.time(), loaded=load_state == "loaded")
+            st.active_state = _text(prop(UNIT_IFACE, b"ActiveState"))
+            st.sub_state = _text(prop(UNIT_IFACE, b"SubState"))
+            invocation = prop(UNIT_IFACE, b"InvocationID")
+            st.invocation = bytes(invocation).hex() if isinstance(invocation, bytes | list) else ""
+            st.fragment_path = _text(prop(UNIT_IFACE, b"FragmentPath"))
+            st.drop_in_paths = tuple(_text(p) for p in prop(UNIT_IFACE, b"DropInPaths") or [])
+            if unit.endswith(".service") and st.loaded:
+                st.result = _text(prop(SERVICE_IFACE, b"Result"))
+                st.n_restarts = int(prop(SERVICE_IFACE, b"NRestarts"))  # type: ignore[arg-type]
+                st.exec_main_status = int(prop(SERVICE_IFACE, b"ExecMainStatus"))  # type: ignore[arg-type]
+                st.exec_main_code = int(prop(SERVICE_IFACE, b"ExecMainCode"))  # type: ignore[arg-type]
+                exec_start = prop(SERVICE_IFACE, b"ExecStart") or []
+                if exec_start:
+                    st.exec_start = tuple(_text(a) for a in exec_start[0][1])  # type: ignore[index]
+                env_files = prop(SERVICE_IFACE, b"EnvironmentFiles") or []
+                st.environment_files = tuple(_text(row[0]) for row in env_files)  # type: ignore[index]
+        except Exception as exc:
+            text = str(exc)
+            if "NoSuchUnit" in text or "UnknownObject" in text or "not loaded" in text:
+                return UnitState(unit=unit, loaded=False, timestamp=time.time())
+            self._lost(exc)
+            return None
+        return st
+
+    # --- signals -------------------------------------------------------------------------
+
+    def process(self) -> set[str]:
+        """Dispatch pending bus messages; returns the watched units that changed."""
+        if self.bus is None:
+            return set()
+        try:
+            for _ in range(10_000):
+                msg = self.bus.process()  # type: ignore[attr-defined]
+                if msg.is_empty():
+                    break
+        except Exception as exc:
+            self._lost(exc)
+        changed, self._dirty = self._dirty, set()
+        return changed
+
+    def _on_properties_changed(self, msg: object) -> None:
+        try:
+            path = bytes(msg.get_path())  # type: ignore[attr-defined]
+        except Exception:
+            return
+        unit = self._paths.get(path)
+        if unit is None:
+            name = _unescape(path)
+            if name is None or self.units.role_of(name) is None:
+                return
+            unit = self._paths[path] = name
+        self._dirty.add(unit)
+
+    def _on_unit_new(self, msg: object) -> None:
+        try:
+            msg.process_reply(False)  # type: ignore[attr-defined]
+            name = _text(msg.body[0])  # type: ignore[attr-defined]
+        except Exception:
+            return
+        if self.units.role_of(name) is not None:
+            self._dirty.add(name)
+
+
+def _unescape(path: bytes) -> str | None:
+    prefix = b"/org/freedesktop/systemd1/unit/"
+    if not path.startswith(prefix):
+        return None
+    raw = path[len(prefix) :].decode("ascii", "replace")
+    out = []
+    i = 0
+    while i < len(raw):
+        if raw[i] == "_" and i + 2 < len(raw) + 0 and all(c in "0123456789abcdef" for c in raw[i + 1 : i + 3]):
+            out.append(chr(int(raw[i + 1 : i + 3], 16)))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return "".join(out)
