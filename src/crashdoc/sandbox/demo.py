@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 import crashdoc
-from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
+from crashdoc.sandbox.systemd import PrivateSystemd, SandboxError, make_workdir
 
 PREFILL_UNIT = "sglang-prefill.service"
 DECODE_UNIT = "sglang-decode.service"
@@ -157,6 +157,9 @@ def decode_unit(python: str, workdir: Path) -> str:
 
 def demo_units(workdir: Path, python: str = sys.executable) -> dict[str, str]:
     """Write the launch script and return ``{unit name: unit text}`` for PrivateSystemd."""
+    for path in (Path(python), package_root()):
+        if path.is_absolute() and Path("/tmp") in path.parents:
+            raise SandboxError(f"{path} is under /tmp, which the sandbox hides: the units could not run it")
     script = write_launch_script(workdir, python)
     return {PREFILL_UNIT: prefill_unit(script, workdir), DECODE_UNIT: decode_unit(python, workdir)}
 

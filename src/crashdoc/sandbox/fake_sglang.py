@@ -37,7 +37,7 @@ Environment variables for what flags cannot express:
   gets it OOM-killed; the launcher then raises ``Rank N scheduler died during initialization (exit
   code: -9) ...`` and exits 1), or ``none``.
 - ``FAKE_SGLANG_BATCH_INTERVAL`` (default 2.0): seconds between batch lines.
-- ``FAKE_SGLANG_KILL_GRACE`` (default 0.3 s + 0.5 s per extra rank): how long the launcher's SIGQUIT
+- ``FAKE_SGLANG_KILL_GRACE`` (default 1 s + 0.5 s per extra rank): how long the launcher's SIGQUIT
   handler lets sibling ranks finish their own traceback before the kill (real ranks fail within
   milliseconds of each other; the fake's ranks are staggered by up to half a second per rank so that
   they report fractions of a second apart, as seen in real logs).
@@ -545,7 +545,7 @@ class Launcher:
 
     def _grace(self) -> None:
         """Let the other ranks print their own traceback before everything dies (see module doc)."""
-        grace = _env_float("FAKE_SGLANG_KILL_GRACE", 0.5 * (self.args.tp_size - 1) + 0.3)
+        grace = _env_float("FAKE_SGLANG_KILL_GRACE", 0.5 * (self.args.tp_size - 1) + 1.0)
         deadline = time.monotonic() + grace
         schedulers = [p for p, n in zip(self.procs, self.names, strict=True) if n.startswith("scheduler")]
         while time.monotonic() < deadline and any(p.is_alive() for p in schedulers):

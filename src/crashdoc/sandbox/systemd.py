@@ -298,7 +298,8 @@ class PrivateSystemd:
     def console_output(self) -> str:
         """What PID 1 (and the boot script) printed on its console, for error messages."""
         with self._console_lock:
-            return self._console.decode("utf-8", "replace")
+            text = self._console.decode("utf-8", "replace")
+        return text.replace("\r\n", "\n").replace("\r", "")  # the pty turns \n into \r\n
 
     # --- lifecycle ----------------------------------------------------------------------------
 
@@ -311,7 +312,11 @@ class PrivateSystemd:
         self.stop()
 
     def start(self, timeout: float = 30.0) -> PrivateSystemd:
-        """Boot and wait until the target is reached, journald runs and systemd is on the bus."""
+        """Boot and wait until the target is reached, journald runs and systemd is on the bus.
+
+        Call it from a thread that outlives the sandbox (normally the main thread): the launcher
+        dies with the thread that started it (PR_SET_PDEATHSIG), and the sandbox with it.
+        """
         if self._pid is not None:
             raise SandboxError("this sandbox was already started; make a new PrivateSystemd")
         check_prerequisites()
@@ -522,6 +527,7 @@ class PrivateSystemd:
     def _prepare_cgroups(self) -> None:
         layout, v1, v2 = _host_cgroups()
         self._cgroup_layout = layout
+        self._cgroups, self._memory_enforced = [], False
         name = f"{CGROUP_PREFIX}{os.getpid()}-{next(self._serial)}-{os.urandom(3).hex()}"
         self._cgroup_name = name
         mounts: list[str] = []
@@ -674,8 +680,7 @@ class PrivateSystemd:
         time.sleep(0.1)  # let the console pump catch PID 1's last words
         console = self.console_output.strip() or "(nothing)"
         return SandboxError(
-            f"private systemd boot failed: {what}\n--- PID 1 console ({self._workdir}/.sandbox/console.log) ---\n"
-            f"{console[-8000:]}"
+            f"private systemd boot failed: {what}\n--- what PID 1 and the boot script printed ---\n{console[-8000:]}"
         )
 
 
