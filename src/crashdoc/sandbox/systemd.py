@@ -9,7 +9,8 @@ How it is isolated from the host (each point fixes a real hazard):
 
 - ``unshare --pid --fork --mount --propagation private --uts --cgroup``; inside, ``proc`` on /proc and
   tmpfs on /run, /tmp and /var/log/journal (or /var/log when the host has no journal folder) are
-  mounted, and checked to be tmpfs, *before* systemd is exec'd: a systemd that reaches
+  mounted, and checked to be tmpfs (and /tmp a different file system from the host's), *before*
+  systemd is exec'd: a systemd that reaches
   systemd-tmpfiles otherwise empties the host's /tmp. No tmpfiles unit is on the unit path anyway.
 - ``SYSTEMD_UNIT_PATH`` is a private folder holding only journald, dbus, a target and the test units;
   ``SYSTEMD_GENERATOR_PATH`` is an empty folder, so no generator runs.
@@ -142,7 +143,7 @@ fi
 for d in /run /tmp /var/log/journal; do
     [ "$(stat -f -c %T "$d")" = tmpfs ] || fail "$d is not a private tmpfs; refusing to boot"
 done
-[ ! -e "/tmp/$SB_CANARY" ] || fail "the host /tmp is still visible; refusing to boot"
+[ "$(stat -c %d:%i /tmp)" != "$SB_HOST_TMP" ] || fail "the host /tmp is still visible; refusing to boot"
 mount --bind /proc/sys /proc/sys && mount -o remount,bind,ro /proc/sys
 if [ -e /proc/sysrq-trigger ]; then
     mount --bind /proc/sysrq-trigger /proc/sysrq-trigger && mount -o remount,bind,ro /proc/sysrq-trigger
@@ -589,9 +590,7 @@ class PrivateSystemd:
             self._console_thread.join(2)
 
     def _launch(self) -> None:
-        canary = f".crashdoc-sandbox-canary-{os.getpid()}-{os.urandom(4).hex()}"
-        canary_path = Path("/tmp") / canary
-        canary_path.write_text("if the private systemd can see this file, it must not boot\n")
+        host_tmp = os.stat("/tmp")
         env = {
             "PATH": os.environ.get("PATH", "/usr/sbin:/usr/bin:/sbin:/bin"),
             "LANG": "C.UTF-8",
@@ -601,24 +600,21 @@ class PrivateSystemd:
             "SB_TARGET": TARGET,
             "SB_CGROUP_LAYOUT": self._cgroup_layout,
             "SB_CGROUP_V1": self._cgroup_v1,
-            "SB_CANARY": canary,
+            "SB_HOST_TMP": f"{host_tmp.st_dev}:{host_tmp.st_ino}",  # inside, /tmp must differ
         }
         argv = ["/bin/sh", str(self.state_dir / "boot" / "outer.sh"), *(str(c / "cgroup.procs") for c in self._cgroups)]
         if shutil.which("setpriv"):
             argv = ["setpriv", "--pdeathsig", "KILL", *argv]
-        try:
-            self._launcher = subprocess.Popen(
-                argv,
-                stdin=subprocess.DEVNULL,
-                stdout=self._slave_fd,
-                stderr=self._slave_fd,
-                env=env,
-                cwd="/",
-                start_new_session=True,
-            )
-            self._pid = self._find_init(time.monotonic() + 10)
-        finally:
-            canary_path.unlink(missing_ok=True)
+        self._launcher = subprocess.Popen(
+            argv,
+            stdin=subprocess.DEVNULL,
+            stdout=self._slave_fd,
+            stderr=self._slave_fd,
+            env=env,
+            cwd="/",
+            start_new_session=True,
+        )
+        self._pid = self._find_init(time.monotonic() + 10)
 
     def _find_init(self, deadline: float) -> int:
         """The host PID of unshare's child once it has exec'd systemd."""
