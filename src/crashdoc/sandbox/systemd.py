@@ -10,11 +10,12 @@ How it is isolated from the host (each point fixes a real hazard):
 - ``unshare --pid --fork --mount --propagation private --uts --cgroup``; inside, ``proc`` on /proc and
   tmpfs on /run, /tmp and /var/log/journal (or /var/log when the host has no journal folder) are
   mounted, and checked to be tmpfs (and /tmp a different file system from the host's), *before*
-  systemd is exec'd: a systemd that reaches
-  systemd-tmpfiles otherwise empties the host's /tmp. No tmpfiles unit is on the unit path anyway.
+  systemd is exec'd: a systemd that reaches systemd-tmpfiles otherwise empties the host's /tmp.
+  No tmpfiles unit is on the unit path anyway.
 - ``SYSTEMD_UNIT_PATH`` is a private folder holding only journald, dbus, a target and the test units;
   ``SYSTEMD_GENERATOR_PATH`` is an empty folder, so no generator runs.
-- /proc/sys and /sys are read-only inside (PID 1 otherwise writes host sysctls such as fs.nr_open);
+- /proc/sys and /sys are read-only inside, so PID 1 cannot change host-wide sysctls (it tries to
+  raise fs.nr_open and similar limits when it thinks it owns the machine); host values stay intact;
   the /dev/log symlink is dropped from the journald socket (it would land in the host's /dev);
   /dev/console is a pty owned by this object, so PID 1 never resets the host console and its own
   output is captured (``console_output``) for error messages.
