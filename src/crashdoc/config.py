@@ -6,6 +6,7 @@ With no file at all crashdoc watches `sglang*.service` with built-in thresholds,
 
 from __future__ import annotations
 
+import os
 import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -42,7 +43,7 @@ class Config:
     thresholds: Thresholds = field(default_factory=Thresholds)
     signature_folders: tuple[str, ...] = ()  # extra folders, loaded after the built-in library
     builtin_signatures: bool = True
-    state_directory: str = DEFAULT_STATE_DIRECTORY
+    state_directory: str = field(default_factory=lambda: default_state_directory())
     journal_directory: str | None = None
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
     runbook_base_url: str | None = None
@@ -53,6 +54,12 @@ class Config:
     @property
     def listen_address(self) -> tuple[str, int]:
         return parse_listen(self.listen)
+
+
+def default_state_directory() -> str:
+    """systemd's StateDirectory= (exported as $STATE_DIRECTORY) when run as a unit, else /var/lib/crashdoc."""
+    env = os.environ.get("STATE_DIRECTORY", "")
+    return env.split(":", 1)[0] if env else DEFAULT_STATE_DIRECTORY
 
 
 def parse_listen(value: str) -> tuple[str, int]:

@@ -1,0 +1,170 @@
+"""Helpers for end-to-end tests: crashdoc running inside a private systemd, read from outside.
+
+The sandbox shares the host's network namespace, so the test reads crashdoc's HTTP view
+on loopback directly; the journal is read with journalctl inside the sandbox.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from crashdoc.sandbox.systemd import PrivateSystemd
+
+PYTHON = sys.executable
+CRASHDOC = [PYTHON, "-m", "crashdoc"]
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+@dataclass
+class Crashdoc:
+    """A `crashdoc run` inside a sandbox."""
+
+    sandbox: PrivateSystemd
+    port: int
+    log_path: Path
+    proc: subprocess.Popen[bytes] | None = None
+    config_path: Path | None = None
+    env: dict[str, str] = field(default_factory=dict)
+
+    @property
+    def base(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        try:
+            with urllib.request.urlopen(self.base + path, timeout=timeout) as response:
+                return response.status, response.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def metrics(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """{(sample name, sorted labels): value}; empty while crashdoc is not answering."""
+        try:
+            status, body = self.get("/metrics", timeout=2)
+        except OSError:
+            return {}
+        if status != 200:
+            return {}
+        out = {}
+        for family in text_string_to_metric_families(body.decode()):
+            for sample in family.samples:
+                out[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+        return out
+
+    def metric(self, name: str, **labels: str) -> float | None:
+        return self.metrics().get((name, tuple(sorted(labels.items()))))
+
+    def diagnoses(self) -> list[dict[str, Any]]:
+        status, body = self.get("/diagnoses")
+        assert status == 200, body
+        return json.loads(body)["diagnoses"]
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace") if self.log_path.exists() else ""
+
+    @property
+    def pid(self) -> int | None:
+        """crashdoc's own PID (host view): nsenter forks it to enter the PID namespace."""
+        if self.proc is None:
+            return None
+        try:
+            children = Path(f"/proc/{self.proc.pid}/task/{self.proc.pid}/children").read_text().split()
+        except OSError:
+            return None
+        return int(children[0]) if children else None
+
+    def stop(self, sig: int = signal.SIGTERM) -> int | None:
+        """Signal crashdoc itself and wait; returns its exit status (nsenter passes it on)."""
+        if self.proc is None:
+            return None
+        if self.proc.poll() is None:
+            inner = self.pid
+            with contextlib.suppress(ProcessLookupError):
+                if inner is not None:
+                    os.kill(inner, sig)
+                else:
+                    os.killpg(self.proc.pid, sig)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+        return self.proc.returncode
+
+
+def start_crashdoc(
+    sandbox: PrivateSystemd,
+    *,
+    config: str | None = None,
+    args: list[str] | None = None,
+    port: int | None = None,
+    env: dict[str, str] | None = None,
+    name: str = "crashdoc",
+) -> Crashdoc:
+    """Run `crashdoc run` inside the sandbox with its state in the sandbox's work folder."""
+    port = port or free_port()
+    state = sandbox.workdir / f"{name}-state"
+    log_path = sandbox.workdir / f"{name}.log"
+    argv = [*CRASHDOC, "run"]
+    cd = Crashdoc(sandbox, port, log_path)
+    if config is not None:
+        cd.config_path = sandbox.workdir / f"{name}.yaml"
+        cd.config_path.write_text(config)
+        argv += ["--config", str(cd.config_path)]
+    if args is None:
+        argv += ["--listen", f"127.0.0.1:{port}", "--state-directory", str(state)]
+    else:
+        argv += args
+    full_env = {"PYTHONUNBUFFERED": "1", **(env or {})}
+    cd.env = full_env
+    log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
+    cd.proc = sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
+    wait_for(lambda: cd.metrics() != {} or cd.proc.poll() is not None, 30, "crashdoc to answer", cd)
+    assert cd.proc.poll() is None, f"crashdoc exited early:\n{cd.log()}"
+    return cd
+
+
+def wait_for(predicate: Callable[[], object], timeout: float, what: str, cd: Crashdoc | None = None,
+             interval: float = 0.1) -> object:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        value = predicate()
+        if value:
+            return value
+        time.sleep(interval)
+    detail = f"\ncrashdoc log:\n{cd.log()[-4000:]}" if cd is not None else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{detail}")
+
+
+def journal_json(sandbox: PrivateSystemd, *args: str) -> list[dict[str, Any]]:
+    r = sandbox.journalctl("-o", "json", "--no-pager", *args)
+    return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
+
+
+def pid1_records(sandbox: PrivateSystemd, unit: str, message_id: str) -> list[dict[str, Any]]:
+    """PID 1's records about `unit` with `message_id`: the ground truth crashdoc is compared with."""
+    return [e for e in journal_json(sandbox, f"MESSAGE_ID={message_id}", f"UNIT={unit}") if e.get("_PID") == "1"]
+
+
+RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"
+PROCESS_EXITED = "98e322203f7a4ed290d09fe03c09fe15"
