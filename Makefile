@@ -1,0 +1,50 @@
+# The two set-up commands of the README:
+#   make run    set up, then run crashdoc (the built-in demo sandbox where PID 1 is not systemd)
+#   make test   set up, then run the whole test suite (what CI runs, through .ci/run)
+
+PYTHON ?= python3
+VENV   := .venv
+BIN    := $(VENV)/bin
+# Debian packages: libsystemd-dev builds systemd-python and pystemd; the rest are real peers for tests
+RUN_DEBS  := libsystemd-dev pkg-config gcc
+TEST_DEBS := $(RUN_DEBS) systemd-journal-remote prometheus prometheus-alertmanager curl
+
+.PHONY: run test setup setup-test lint bench clean
+
+run: setup
+	@if [ "$$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then \
+		exec $(BIN)/crashdoc run $(ARGS); \
+	else \
+		echo "PID 1 is not systemd here: starting the built-in demo (a private systemd with crash-looping units)"; \
+		exec $(BIN)/crashdoc demo --keep-running $(ARGS); \
+	fi
+
+test: setup-test
+	$(BIN)/ruff check src tests
+	$(BIN)/crashdoc signatures lint
+	$(BIN)/pytest -q
+
+setup: $(VENV)/.installed-run
+
+setup-test: $(VENV)/.installed-test
+
+$(VENV)/.installed-run: pyproject.toml
+	@./scripts/install-debs.sh $(RUN_DEBS)
+	@[ -x $(BIN)/python ] || $(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e .
+	@touch $@
+
+$(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
+	@./scripts/install-debs.sh $(TEST_DEBS)
+	$(BIN)/python -m pip install -q -e ".[test]"
+	@touch $@
+
+lint:
+	$(BIN)/ruff check src tests bench
+
+bench: setup-test
+	$(BIN)/python -m bench
+
+clean:
+	rm -rf $(VENV) build dist .pytest_cache
