@@ -146,6 +146,9 @@ _SHORT_FLAG = re.compile(r"-[A-Za-z]")
 # A word that may expand to several arguments: `$EXTRA_ARGS` unquoted, `"$@"`, `"${ARGS[@]}"`.
 _MULTI_EXPANSION = re.compile(r'"?\$(?:@|\*|\{\w+\[[@*]\]\}|\{[@*]\})"?')
 _BARE_EXPANSION = re.compile(r"\$(?:\w+|\{[^}]*\})")
+# An unquoted variable named like a list of arguments (`$EXTRA_ARGS`, `${SGLANG_OPTS}`) holds flags; any other
+# (`--model-path $MODEL`) is one value.
+_ARGS_VARIABLE = re.compile(r"\$\{?\w*(?:ARGS|OPTS|OPTIONS|FLAGS|EXTRA|PARAMS)\w*", re.I)
 
 
 class Where(StrEnum):
@@ -164,8 +167,8 @@ class Word:
     value: str  # after quote removal; `$VAR`, `${X:-8}`, `$(cmd)` are kept verbatim
     start: int = -1  # offsets of the raw text in Invocation.text; -1 for an argv element
     end: int = -1
-    multi: bool = False  # may expand to several arguments (`"$@"`, unquoted `$EXTRA`): flags may hide in it
-    bare: bool = False  # an unquoted `$VAR` / `${VAR}`: a value after a flag, else possibly several flags
+    multi: bool = False  # expands to several arguments (`"$@"`, `$EXTRA_ARGS`): flags may hide in it
+    bare: bool = False  # an unquoted `$VAR` / `${VAR}`
 
 
 @dataclass(frozen=True, slots=True)
@@ -431,9 +434,14 @@ class _Scanner:
                 i += 1
         raw = text[start:i]
         value = "".join(out)
+        bare = bool(_BARE_EXPANSION.fullmatch(raw))
         return (
             Word(
-                value, start, i, multi=bool(_MULTI_EXPANSION.fullmatch(raw)), bare=bool(_BARE_EXPANSION.fullmatch(raw))
+                value,
+                start,
+                i,
+                multi=bool(_MULTI_EXPANSION.fullmatch(raw) or (bare and _ARGS_VARIABLE.match(raw))),
+                bare=bare,
             ),
             i,
         )
@@ -550,8 +558,9 @@ def _python_start(values: Sequence[str], k: int) -> int:
 def parse_flags(words: Sequence[Word], start: int) -> tuple[tuple[Flag, ...], tuple[int, ...]]:
     """Group the arguments from `start` into flags with their values (argparse semantics, nargs unknown).
 
-    A value is every following word that is not an option; `--` ends the options. An unquoted `$VAR` is a
-    value only as the first one (`--model-path $MODEL`); after that it may hold further flags, as may `"$@"`.
+    A value is every following word that is not an option; `--` ends the options. `"$@"` and variables named
+    like argument lists (`$EXTRA_ARGS`) end the values: they may hold further flags. Other variables are
+    values (`--model-path $MODEL`).
     """
     flags: list[Flag] = []
     positionals: list[int] = []
@@ -569,8 +578,6 @@ def parse_flags(words: Sequence[Word], start: int) -> tuple[tuple[Flag, ...], tu
                 continue
             j = i + 1
             while j < n and not is_flag(words[j].value) and not words[j].multi and words[j].value != "--":
-                if words[j].bare and j > i + 1:
-                    break
                 j += 1
             flags.append(Flag(v, tuple(w.value for w in words[i + 1 : j]), i, j - i))
             i = j

@@ -232,7 +232,8 @@ def _delete_span(text: str, words: Sequence[Word], first: int, last: int) -> tup
     return ls + len(before.rstrip(" \t")), e
 
 
-def _edit_text(text: str, words: Sequence[Word], ops: list[_Op]) -> str:
+def _text_spans(text: str, words: Sequence[Word], ops: list[_Op]) -> list[_Span]:
+    """The character edits of `text` that carry out the word edits, sorted."""
     spans: list[_Span] = []
     for op in ops:
         if isinstance(op, _Replace):
@@ -250,6 +251,10 @@ def _edit_text(text: str, words: Sequence[Word], ops: list[_Op]) -> str:
                 sep = _group_separator(text, words)
             spans.append(_Span(at, at, sep + " ".join(_quote(v) for v in op.values)))
     spans.sort(key=lambda sp: (sp.start, sp.end))
+    return spans
+
+
+def _apply_spans(text: str, spans: Sequence[_Span]) -> str:
     out: list[str] = []
     pos = 0
     for sp in spans:
@@ -260,6 +265,36 @@ def _edit_text(text: str, words: Sequence[Word], ops: list[_Op]) -> str:
         pos = sp.end
     out.append(text[pos:])
     return "".join(out)
+
+
+def _edit_quoted_word(
+    file_text: str, s: int, e: int, inner: str, spans: Sequence[_Span], new_inner: str
+) -> tuple[str, int]:
+    """Edit a `sh -c "..."` string in place when it is one plain quoted run (its text is the string itself),
+    escaping the new words for those quotes, so `$VARS` keep being expanded where they were; else re-quote
+    the whole word. Returns the new file text and the word's new end."""
+    quote = _plain_quote(file_text[s:e], inner)
+    if not quote:
+        quoted = _quote(new_inner)
+        return file_text[:s] + quoted + file_text[e:], s + len(quoted)
+    shifted = [_Span(s + 1 + sp.start, s + 1 + sp.end, _escape_in(quote, sp.text)) for sp in spans]
+    new_file = _apply_spans(file_text, shifted)
+    return new_file, e + len(new_file) - len(file_text)
+
+
+def _plain_quote(raw: str, inner: str) -> str:
+    """The quote character of a word that is one quoted run holding exactly `inner`, else ""."""
+    quote = raw[:1]
+    if len(raw) < 2 or quote not in ("'", '"') or raw[-1] != quote or raw[1:-1] != inner:
+        return ""
+    return "" if quote == '"' and "\\" in raw else quote
+
+
+def _escape_in(quote: str, text: str) -> str:
+    """`text` written inside `quote` quotes so that the shell reads it back unchanged."""
+    if quote == '"':
+        return re.sub(r'(["\\$`])', r"\\\1", text)
+    return text.replace("'", "'\"'\"'")
 
 
 def _group_separator(text: str, words: Sequence[Word]) -> str:
@@ -324,7 +359,8 @@ def _realise(inv: Invocation, ops: list[_Op]) -> Invocation:
         if after is None:
             raise ValueError("the edited command no longer starts SGLang")
         return after
-    new_text = _edit_text(inv.text, inv.words, ops)
+    spans = _text_spans(inv.text, inv.words, ops)
+    new_text = _apply_spans(inv.text, spans)
     if inv.where is Where.ARGV_SHELL:
         argv = list(inv.exec_start)
         argv[inv.argv_index] = new_text
@@ -333,15 +369,14 @@ def _realise(inv: Invocation, ops: list[_Op]) -> Invocation:
         found = parse_text(new_text, Where.SCRIPT, exec_start=inv.exec_start, path=inv.path, file_text=new_text)
     else:
         s, e = inv.outer
-        quoted = _quote(new_text)
-        file_text = inv.file_text[:s] + quoted + inv.file_text[e:]
+        file_text, end = _edit_quoted_word(inv.file_text, s, e, inv.text, spans, new_text)
         found = parse_text(
             new_text,
             Where.SCRIPT_SHELL,
             exec_start=inv.exec_start,
             path=inv.path,
             file_text=file_text,
-            outer=(s, s + len(quoted)),
+            outer=(s, end),
         )
     same = [f for f in found if f.command_index == inv.command_index]
     if not same:
@@ -375,11 +410,16 @@ def _verify(inv: Invocation, changes: Sequence[FlagChange]) -> list[str]:
 
 def unified_diff(old: str, new: str, old_name: str, new_name: str) -> str:
     """A unified diff that `patch` accepts, including files that do not end with a newline."""
-    lines = difflib.unified_diff(old.splitlines(keepends=True), new.splitlines(keepends=True), old_name, new_name)
+    lines = difflib.unified_diff(_lines(old), _lines(new), old_name, new_name)
     out = []
     for line in lines:
         out.append(line if line.endswith("\n") else line + "\n\\ No newline at end of file\n")
     return "".join(out)
+
+
+def _lines(text: str) -> list[str]:
+    """Lines as `patch` and `sed` see them: only \\n ends one (str.splitlines also splits at \\r, \\f)."""
+    return re.findall(r"[^\n]*\n|[^\n]+$", text)
 
 
 def systemd_quote(arg: str) -> str:
@@ -422,7 +462,7 @@ def sed_expressions(old: str, new: str) -> list[str]:
     Addresses are line numbers of the original file. A changed line becomes `Ns/OLD/NEW/` on the changed words;
     removed lines `Nd`; added lines `Na\\`.
     """
-    a, b = old.splitlines(), new.splitlines()
+    a, b = old.split("\n"), new.split("\n")  # sed's lines: only \n ends one
     exprs: list[str] = []
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, a, b, autojunk=False).get_opcodes():
         if tag == "equal":
@@ -451,12 +491,14 @@ def _line_substitution(n: int, old: str, new: str) -> str:
     s = 0
     while s < min(len(old), len(new)) - p and old[-1 - s] == new[-1 - s]:
         s += 1
-    if old[p : len(old) - s] == "" and s == 0:
+    if s == 0 and p == len(old):
         return f"{n}s/$/{_sed_replacement(new[p:], '/')}/"  # appended at the end of the line
+    if s == 0 and p == len(new) and old[p].isspace():
+        return f"{n}s/{_sed_regex(old[p:], '/')}$//"  # cut from the end of the line (a continuation)
     # widen to whole words so the command reads `s/--hicache-size 150/--hicache-ratio 2.0/`
-    while p > 0 and not old[p - 1].isspace():
+    while 0 < p < len(old) and not old[p - 1].isspace() and not old[p].isspace():
         p -= 1
-    while s > 0 and not old[len(old) - s].isspace():
+    while 0 < s < len(old) and not old[len(old) - s].isspace() and not old[len(old) - s - 1].isspace():
         s -= 1
     old_mid, new_mid = old[p : len(old) - s], new[p : len(new) - s]
     delim = next((d for d in "/|#,@%!" if d not in old_mid and d not in new_mid), "/")
@@ -574,8 +616,11 @@ def plan_fix(
     if not rw.changed:
         diff, apply, rollback = "", (), ()
         notes.append("The command already satisfies these changes: nothing to edit.")
-    if inv.where is Where.SCRIPT_SHELL:
-        notes.append(f"The command is inside a quoted `sh -c` string in {inv.path}; the string is re-quoted.")
+    if inv.where is Where.SCRIPT_SHELL and rw.changed and not _plain_quote(inv.file_text[slice(*inv.outer)], inv.text):
+        notes.append(
+            f"The command is inside a `sh -c` string in {inv.path} that mixes quoting styles: crashdoc re-quoted "
+            "the whole string; check that the variables in it still expand where they should."
+        )
     return FixPlan(
         unit,
         rw,
