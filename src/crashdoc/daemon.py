@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -21,7 +22,7 @@ from pathlib import Path
 from crashdoc.config import Config
 from crashdoc.diagnosis.engine import Engine, EngineEvent
 from crashdoc.diagnosis.report import DiagnosisBuilder
-from crashdoc.events import LifecycleRecord, LogLine
+from crashdoc.events import LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
 from crashdoc.outputs.html import diagnosis_section, esc, index_page, markdown, page
@@ -30,6 +31,7 @@ from crashdoc.outputs.journal_records import JournalRecorder
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
 from crashdoc.outputs.render import diagnoses_json
 from crashdoc.sources.cursor import CursorStore
+from crashdoc.sources.files import UnitFilesWatcher
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.sources.units import UnitWatcher
 
@@ -56,6 +58,9 @@ class Daemon:
     health: Health = field(default_factory=Health)
     lock: threading.Lock = field(default_factory=threading.Lock)
     alerts: object | None = None  # outputs.alerts.AlertSender when configured
+    files: UnitFilesWatcher | None = None
+    unit_files: Callable[[UnitState], list[str]] = lambda state: []
+    _file_events: deque[tuple[str, str, float]] = field(default_factory=lambda: deque(maxlen=1000))
     notify: Callable[[str], None] = lambda state: None
     _stop: bool = False
     _reload_requested: bool = False
@@ -176,6 +181,8 @@ class Daemon:
         signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
         watcher = LibraryWatcher(self.holder.folders, self.request_reload)
         watcher.start()
+        if self.files is not None:
+            self.files.start()
         if http is not None:
             http.start()
         self.notify("READY=1\nSTATUS=watching " + ", ".join(r.pattern for r in self.config.units))
@@ -196,6 +203,7 @@ class Daemon:
                 if self._reload_requested:
                     self._reload_requested = False
                     self._reload()
+                self._apply_file_events()
                 self._drain()
                 self._tick()
                 dbus_fd = self._register_dbus(sel, dbus_fd)
@@ -203,6 +211,8 @@ class Daemon:
         finally:
             self.notify("STOPPING=1")
             watcher.stop()
+            if self.files is not None:
+                self.files.stop()
             if http is not None:
                 http.stop()
             self._save(force=True)
@@ -259,8 +269,23 @@ class Daemon:
         assert self.watcher is not None
         state = self.watcher.state(unit)
         self.health.dbus_up = self.watcher.up
-        if state is not None:
-            self.engine.on_unit_state(state)
+        if state is None:
+            return
+        self.engine.on_unit_state(state)
+        if self.files is not None and state.loaded:
+            for path, mtime in self.files.set_unit_files(unit, self.unit_files(state)):
+                self.engine.on_file_changed(unit, path, mtime)
+
+    def file_changed(self, unit: str, path: str, at: float) -> None:
+        """From the file watcher's thread: queue it for the loop."""
+        self._file_events.append((unit, path, at))
+        self._wake()
+
+    def _apply_file_events(self) -> None:
+        while self._file_events:
+            unit, path, at = self._file_events.popleft()
+            with self.lock:
+                self.engine.on_file_changed(unit, path, at)
 
     def _dbus_ready(self) -> None:
         assert self.watcher is not None
@@ -382,7 +407,7 @@ def _display_host(listen: str) -> str:
 
 def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
     """Assemble a daemon from a configuration (the CLI's `run`)."""
-    from crashdoc.diagnosis.fixes import unit_fix_synthesizer, unit_flags
+    from crashdoc.diagnosis.fixes import unit_files, unit_fix_synthesizer, unit_flags
 
     folders = [
         *(builtin_signature_dirs() if config.builtin_signatures else []),
@@ -400,8 +425,17 @@ def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpSer
     source = JournalSource(units, directory=config.journal_directory)
     store = CursorStore(config.state_directory)
     watcher = UnitWatcher(units) if config.dbus else None
-    daemon = Daemon(config, holder, engine, source, store, watcher, JournalRecorder())
+    daemon = Daemon(config, holder, engine, source, store, watcher, JournalRecorder(), unit_files=unit_files)
+    if watcher is not None:
+        daemon.files = UnitFilesWatcher(daemon.file_changed)
     daemon.recorder.runbook_url = daemon.runbook_url
+    if config.alertmanager.url:
+        from crashdoc.outputs.alerts import AlertSender
+
+        am = config.alertmanager
+        daemon.alerts = AlertSender(
+            am.url, config.instance, daemon.runbook_url, daemon.health, am.resend_interval, am.timeout, log=log
+        )
     host, port = _parse(listen or config.listen)
     http = HttpServer(_ViewAdapter(daemon), host, port)
     return daemon, http

@@ -88,7 +88,11 @@ class UnitState:
     fragment_path: str = ""
     drop_in_paths: tuple[str, ...] = ()
     environment_files: tuple[str, ...] = ()
+    numa_policy: str = ""  # NUMAPolicy=: bind, preferred, interleave, local, default ("": not set)
+    numa_mask: str = ""  # NUMAMask= as a Linux list ("0", "0-1")
+    cpu_affinity: str = ""  # CPUAffinity= as a Linux list ("0-31,64-95")
     loaded: bool = True
+    active_enter_timestamp: float = 0.0  # when the current run became active (0: unknown)
     timestamp: float = 0.0
 
 
@@ -210,3 +214,4 @@ class Diagnosis:
     crashes: int = 1
     exit: str | None = None  # "killed by SIGKILL", "exit status 1"
     timestamp: float = 0.0
+    config_change: dict[str, object] | None = None  # the edit that started the loop, with the flag diff

@@ -22,6 +22,7 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("watchdog-timeout", "watchdog timeout (self.watchdog_timeout="),
     ("server-args", "server_args="),
     ("kv-cache", "KV Cache is allocated."),
+    ("loading", "Load weight begin."),
     ("kill-tree", "kill_process_tree called"),
     ("warmup-failed", "Initialization failed. warmup error"),
     ("terminated", "terminated with"),

@@ -111,18 +111,13 @@ class LoopTracker:
         self.startup_streak = 0
         return self._move(LoopState.STOPPED, at)
 
-    def on_alive(self, inv: Invocation | None, now: float, sglang_unit: bool) -> Transition | None:
-        """Called on a timer and on new lines: has the current run lived long enough to end the loop?"""
-        if inv is None or inv.ended or (not self.looping and self.state is not LoopState.STOPPED):
-            return None
-        started = inv.started_at or inv.first_line_at
-        if not started or now - started < self.thresholds.recovery:
-            return None
-        if sglang_unit and not inv.ready:
-            return None
+    def on_good_run(self, now: float) -> Transition | None:
+        """A run lived through the recovery window (and is ready): a loop, if any, is over."""
         self.startup_streak = 0
         if self.state is LoopState.STOPPED:
             self.state = LoopState.HEALTHY
+            return None
+        if not self.looping:
             return None
         self.recovered_at = now
         return self._move(LoopState.RECOVERED, now)

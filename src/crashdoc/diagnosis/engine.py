@@ -8,6 +8,7 @@ from pasted text). It does no I/O: outputs drain `events()` and read `units()`.
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -15,6 +16,7 @@ from dataclasses import dataclass, field
 
 from crashdoc.assembly.markers import find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
+from crashdoc.diagnosis.configchange import FileChange, correlate
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Thresholds, Transition
 from crashdoc.diagnosis.invocation import Invocation, LineHit
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
@@ -23,6 +25,7 @@ from crashdoc.events import Diagnosis, Lifecycle, LifecycleRecord, LogLine, Trac
 from crashdoc.matching.matcher import Facts, Matcher
 
 MAX_INVOCATIONS = 16
+MAX_FILE_CHANGES = 20
 QUIET_SECONDS = 1.0  # a process with an unfinished traceback that stays quiet this long is done
 
 
@@ -52,7 +55,8 @@ class UnitRecord:
     last_crash_at: float | None = None
     diagnosis: Diagnosis | None = None  # the current loop's diagnosis
     last_diagnosis: Diagnosis | None = None
-    last_good_cmdline: tuple[str, ...] = ()
+    last_good: Invocation | None = None  # the last run that lived through the recovery window
+    file_changes: list[FileChange] = field(default_factory=list)
     line_failures: Counter[str] = field(default_factory=Counter)
     pending_end: Invocation | None = None  # ended, waiting for PID 1's verdict
     sglang: bool = False
@@ -111,8 +115,11 @@ class Engine:
             self.now = max(self.now, line.timestamp)
         inv = self._invocation_for(rec, line.invocation, line.timestamp)
         inv.add_line(line)
+        if line.cmdline and _launches_sglang(line.cmdline):
+            rec.sglang = True
         if line.cmdline and not inv.cmdline and _launches_sglang(line.cmdline):
             inv.cmdline = tuple(line.cmdline.split())  # journald joins argv with spaces: good enough without D-Bus
+            inv.flags = self.builder.flags_of(inv.cmdline)
         done = self.assembler.feed(line)
         for tb in done:
             self._add_traceback(rec, tb)
@@ -120,6 +127,8 @@ class Engine:
             return
         marker = find_marker(line)
         if marker is not None:
+            if marker.kind in ("loading", "kv-cache", "ready"):
+                rec.sglang = True
             if marker.kind == "server-args":
                 inv.server_flags = parse_server_args(line.text)
                 inv.sglang = rec.sglang = True
@@ -177,11 +186,15 @@ class Engine:
         if state.timestamp:
             self.now = max(self.now, state.timestamp)
         if state.n_restarts is not None:
-            if rec.n_restarts is not None and state.n_restarts < rec.n_restarts:
-                rec.restarts_total += 0  # a reset (manual restart, reset-failed): the counter keeps counting
-            rec.n_restarts = state.n_restarts
+            rec.n_restarts = state.n_restarts  # may drop to 0 (manual restart); restarts_total keeps counting
+        current = rec.current
+        if current is not None and current.id == state.invocation and state.active_enter_timestamp:
+            current.started_at = current.started_at or state.active_enter_timestamp
         if state.exec_start and rec.current is not None and rec.current.cmdline != state.exec_start:
             rec.current.cmdline = state.exec_start
+            rec.current.flags = self.builder.flags_of(state.exec_start)
+            if rec.current.flags:
+                rec.sglang = True  # the command starts SGLang: it will say when it is ready
             if rec.diagnosis is not None and rec.diagnosis.fix.changes and not rec.diagnosis.fix.command:
                 self._refresh_loop_diagnosis(rec, "loop-updated")  # now the fix can show the real command
         if state.active_state == "failed" and (previous is None or previous.active_state != "failed"):
@@ -204,10 +217,7 @@ class Engine:
                 self._settle(rec)
             inv = rec.current
             if inv is not None and not inv.ended:
-                transition = rec.loop.on_alive(inv, now, rec.sglang)
-                if transition is not None:
-                    rec.last_good_cmdline = inv.cmdline or rec.last_good_cmdline
-                self._transition(rec, transition)
+                self._judge_alive(rec, inv, now)
             elif (
                 inv is not None
                 and inv.ended
@@ -216,8 +226,29 @@ class Engine:
                 and rec.state is None
                 and now - (inv.ended_at or now) >= self.thresholds.failed_grace
             ):
-                # journal only: the unit died and nothing restarted it
-                self._transition(rec, rec.loop.on_failed(now))
+                # journal only: the unit ended and nothing started it again
+                if inv.crashed:
+                    self._transition(rec, rec.loop.on_failed(now))
+                else:
+                    self._transition(rec, rec.loop.on_stopped(now))
+
+    def on_file_changed(self, unit: str, path: str, at: float) -> None:
+        """One of the unit's files (unit file, drop-in, environment file, launch script) changed."""
+        rec = self._units.get(unit)
+        if rec is None:
+            return
+        rec.file_changes.append(FileChange(path, at))
+        del rec.file_changes[:-MAX_FILE_CHANGES]
+
+    def _judge_alive(self, rec: UnitRecord, inv: Invocation, now: float) -> None:
+        """A run that lived through the recovery window (and is ready, for SGLang) is good: remember its
+        command line for config-change reports, and end a loop if there is one."""
+        started = inv.started_at or inv.first_line_at
+        if not inv.good and started and now - started >= self.thresholds.recovery and (inv.ready or not rec.sglang):
+            inv.good = True
+            rec.last_good = inv
+        if inv.good:
+            self._transition(rec, rec.loop.on_good_run(now))
 
     def finish(self) -> None:
         """End of a one-shot input: whatever is still open is judged on what was seen."""
@@ -254,7 +285,8 @@ class Engine:
             if wanted is not None and rec.name not in wanted:
                 continue
             if rec.diagnosis is not None:
-                result.append(((0, 0, -rec.diagnosis.crashes), rec.diagnosis))
+                live = dataclasses.replace(rec.diagnosis, restarts=rec.n_restarts)  # NRestarts moves on
+                result.append(((0, 0, -live.crashes), live))
                 continue
             for rank, diagnosis in enumerate(self._crash_diagnoses(rec)):
                 result.append(((1, rank, -diagnosis.crashes), diagnosis))
@@ -292,8 +324,12 @@ class Engine:
             current.started_at = current.started_at or timestamp  # "Started" before any line: same run
             return current
         inv = Invocation(rec.name, inv_id, started_at=timestamp)
-        if rec.state is not None and rec.state.exec_start:
-            inv.cmdline = rec.state.exec_start
+        state = rec.state
+        if state is not None and state.exec_start:
+            inv.cmdline = state.exec_start
+            inv.flags = self.builder.flags_of(inv.cmdline)  # what this run starts with, before anyone edits it
+        if state is not None and state.invocation == inv_id and state.active_enter_timestamp and not timestamp:
+            inv.started_at = state.active_enter_timestamp
         rec.invocations[inv_id] = inv
         while len(rec.invocations) > MAX_INVOCATIONS:
             rec.invocations.popitem(last=False)
@@ -306,9 +342,14 @@ class Engine:
             inv = rec.current or self._new_invocation(rec, tb.invocation, tb.timestamp)
         inv.add_traceback(tb)
 
-    def _facts(self, rec: UnitRecord, inv: Invocation) -> Facts:
+    def _flags(self, rec: UnitRecord, inv: Invocation) -> dict[str, str]:
+        """The run's SGLang flags: its command line (script included) over SGLang's own server_args line."""
         flags = dict(inv.server_flags)
         flags.update(self.builder.flags_of(inv.cmdline))
+        return flags
+
+    def _facts(self, rec: UnitRecord, inv: Invocation) -> Facts:
+        flags = self._flags(rec, inv)
         return Facts(
             flags=flags,
             model=flags.get("--model-path", "") or flags.get("--model", ""),
@@ -323,8 +364,6 @@ class Engine:
             return
         rec.pending_end = None
         if not inv.crashed:
-            if not inv.tracebacks and inv.ready:
-                rec.last_good_cmdline = inv.cmdline or rec.last_good_cmdline
             return
         matcher = self.matcher
         finding = root_cause(inv, matcher, self._facts(rec, inv))
@@ -388,15 +427,26 @@ class Engine:
     def _context(self, rec: UnitRecord, inv: Invocation | None) -> UnitContext:
         facts = self._facts(rec, inv) if inv is not None else Facts()
         cmdline = (inv.cmdline if inv is not None else ()) or (rec.state.exec_start if rec.state else ())
+        change = None
+        if rec.loop.looping and rec.loop.loop_started_at is not None:
+            good = rec.last_good
+            change = correlate(
+                rec.file_changes,
+                rec.loop.loop_started_at,
+                (good.started_at or good.first_line_at) if good is not None else None,
+                good.flags if good is not None else None,
+                (inv.flags if inv is not None and inv.flags is not None else facts.flags),
+            )
         return UnitContext(
             unit=rec.name,
             role=rec.role,
             n_restarts=rec.n_restarts,
             facts=facts,
             cmdline=cmdline,
-            last_good_cmdline=rec.last_good_cmdline,
+            last_good_cmdline=rec.last_good.cmdline if rec.last_good is not None else (),
             invocation=inv,
             state=rec.state,
+            config_change=change,
         )
 
     def _build(

@@ -47,6 +47,10 @@ class Invocation:
     core_dumped: bool = False
     n_restarts: int | None = None
     start_limit_hit: bool = False
+    deactivated: bool = False  # PID 1 said "Deactivated successfully"
+    oom_message: str = ""
+    good: bool = False  # lived through the recovery window (and was ready): its command line is known good
+    flags: dict[str, str] | None = None  # its command-line flags, read when the run began
     ended_by_input: bool = False  # a one-shot read ran out of input before the unit said how it ended
 
     @property
@@ -59,13 +63,19 @@ class Invocation:
 
     @property
     def crashed(self) -> bool:
-        """Ended badly according to PID 1, or (pasted logs) left a fatal traceback behind."""
+        """Ended badly according to PID 1, or (pasted logs) left a fatal traceback behind.
+
+        PID 1's verdict comes first: a run stopped on request ends "killed by SIGTERM" yet
+        "Deactivated successfully", and that is no crash.
+        """
         if self.oom_killed or self.core_dumped:
             return True
-        if self.exit_code is not None:
-            return not (self.exit_code == "exited" and self.exit_status in ("0", "SUCCESS"))
         if self.result is not None:
             return self.result not in ("success", "done")
+        if self.deactivated:
+            return False
+        if self.exit_code is not None:
+            return not (self.exit_code == "exited" and self.exit_status in ("0", "SUCCESS"))
         return bool(self.tracebacks)
 
     @property
@@ -119,7 +129,10 @@ class Invocation:
             if record.result == "start-limit-hit":
                 self.start_limit_hit = True
         elif kind == "oom-kill":
-            self.oom_killed = True
+            start = self.started_at or self.first_line_at
+            if not record.timestamp or not start or record.timestamp >= start - 1.0:
+                self.oom_killed = True  # the kernel's ring buffer replays old kills at journald start
+                self.oom_message = record.message
         elif kind == "coredump":
             self.core_dumped = True
         elif kind == "restart-scheduled":
@@ -128,5 +141,7 @@ class Invocation:
                 self.ended_at = record.timestamp or self.last_line_at
         elif kind == "start-limit-hit":
             self.start_limit_hit = True
-        elif kind == "deactivated" and self.ended_at is None:
-            self.ended_at = record.timestamp or self.last_line_at
+        elif kind == "deactivated":
+            self.deactivated = True
+            if self.ended_at is None:
+                self.ended_at = record.timestamp or self.last_line_at

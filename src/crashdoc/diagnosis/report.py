@@ -9,8 +9,9 @@ and a stable fingerprint.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
+from crashdoc.diagnosis.configchange import ConfigChange
 from crashdoc.diagnosis.invocation import Invocation
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
@@ -34,6 +35,8 @@ class UnitContext:
     last_good_cmdline: tuple[str, ...] = ()
     invocation: Invocation | None = None
     state: UnitState | None = None
+    safety: str | None = None  # the signature's `fix.safety` check, set while its fix is synthesized
+    config_change: ConfigChange | None = None
 
 
 def _no_fix(ctx: UnitContext, changes: list[FlagChange], fix: Fix) -> None:
@@ -72,6 +75,8 @@ class DiagnosisBuilder:
             fix = Fix(summary=_unknown_advice(finding))
         inv = ctx.invocation
         evidence = list(finding.evidence)
+        if ctx.config_change is not None:
+            evidence.insert(0, ctx.config_change.summary())
         if ctx.n_restarts is not None:
             evidence.append(f"systemd restarted the unit {ctx.n_restarts} time(s) (NRestarts)")
         if crashes > 1:
@@ -98,6 +103,7 @@ class DiagnosisBuilder:
             crashes=crashes,
             exit=inv.exit_text() if inv is not None else None,
             timestamp=finding.timestamp,
+            config_change=ctx.config_change.as_dict() if ctx.config_change is not None else None,
         )
 
     def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:
@@ -144,7 +150,7 @@ class DiagnosisBuilder:
             changes.append(FlagChange(change.action, change.flag, value, change.new_flag))
         fix = Fix(summary=render_text(sig.fix_summary, captures, flags), changes=changes, warnings=warnings)
         if changes:
-            self._synthesize(ctx, changes, fix)
+            self._synthesize(replace(ctx, safety=sig.safety) if sig.safety else ctx, changes, fix)
         return fix
 
 

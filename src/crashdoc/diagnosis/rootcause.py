@@ -77,7 +77,9 @@ def traceback_finding(tb: Traceback, matcher: Matcher, facts: Facts) -> Finding:
 
 def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | None:
     """The finding that best explains why this run died (None when nothing says)."""
-    candidates = [tb for tb in inv.tracebacks if not is_consequence(tb)] or list(inv.tracebacks)
+    candidates = [tb for tb in inv.tracebacks if not is_consequence(tb)]
+    if not candidates and not inv.oom_killed:
+        candidates = list(inv.tracebacks)  # "Rank 0 scheduler died" is all there is: better than nothing
     if candidates:
         last = max(tb.timestamp for tb in candidates)
         if last:
@@ -118,6 +120,7 @@ def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | Non
     finding = Finding(
         kind="exit",
         fingerprint=fingerprint_text("exit", inv.exit_code or "", status or "", result or ""),
+        # the launcher's "Rank N scheduler died ... exit code: -9" is what the OOM kill looks like from inside
         type="",
         message=f"the main process {exit_text} without logging a traceback",
         line=exit_text,
@@ -125,6 +128,13 @@ def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | Non
         category_guess="memory" if inv.oom_killed else "other",
         timestamp=inv.ended_at or 0.0,
     )
+    if inv.oom_killed:
+        finding.line = "a process of the unit was killed by the kernel's OOM killer"
+        finding.message = finding.line
+        if inv.oom_message:
+            finding.evidence.append(f"kernel: {inv.oom_message[:300]}")
+        for tb in inv.tracebacks[:1]:
+            finding.evidence.append(f"then the launcher reported: {tb.final.line or tb.final.message[:200]}")
     _add_exit_evidence(finding, inv)
     return finding
 

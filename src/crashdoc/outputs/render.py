@@ -43,6 +43,7 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
         "crashes": d.crashes,
         "exit": d.exit,
         "timestamp": d.timestamp or None,
+        "config_change": d.config_change,
     }
     return redact_data(data)
 

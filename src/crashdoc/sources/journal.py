@@ -19,7 +19,13 @@ from datetime import datetime
 from systemd import journal
 
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine
-from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, MESSAGE_IDS, START_LIMIT_TEXT, normalise_exit_status
+from crashdoc.sources.lifecycle import (
+    COREDUMP_MESSAGE_ID,
+    MESSAGE_IDS,
+    START_LIMIT_TEXT,
+    kernel_oom_unit,
+    normalise_exit_status,
+)
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
 _INIT_SCOPE = b"init.scope"
@@ -156,6 +162,13 @@ class JournalSource:
             try:
                 unit_raw = get("_SYSTEMD_UNIT")
             except KeyError:
+                # kernel lines have no unit; the OOM killer's names the victim's cgroup
+                try:
+                    event = self._kernel_record(get, realtime)
+                except OSError:
+                    event = None
+                if event is not None:
+                    events.append(event)
                 continue
             except OSError as exc:
                 stats.errors += 1
@@ -255,6 +268,22 @@ class JournalSource:
             result=result,
             message=message[:500],
         )
+
+    def _kernel_record(self, get, realtime) -> LifecycleRecord | None:
+        try:
+            if get("_TRANSPORT") != b"kernel":
+                return None
+            message = get("MESSAGE")
+        except KeyError:
+            return None
+        if b"oom-kill:" not in message:
+            return None
+        text = message.decode("utf-8", "replace")
+        unit = kernel_oom_unit(text)
+        if unit is None or self.units.role_of(unit) is None:
+            return None
+        self.stats.lifecycle += 1
+        return LifecycleRecord(unit, Lifecycle.OOM_KILL, realtime() / 1e6, message=text[:500])
 
     def _coredump_record(self, get, realtime) -> LifecycleRecord | None:
         if _optional(get, "MESSAGE_ID") != COREDUMP_MESSAGE_ID or _optional(get, "_UID") != "0":

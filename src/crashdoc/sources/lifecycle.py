@@ -104,3 +104,20 @@ def describe_exit(code: str | None, status: str | None) -> str | None:
         verb = "killed by" if code == "killed" else "dumped core on"
         return f"{verb} SIG{name}" if name and not name.isdigit() else f"{verb} signal {status}"
     return f"{code} {status or ''}".strip()
+
+
+_OOM_TASK_MEMCG = re.compile(r"task_memcg=(?P<cgroup>[^,\s]+)")
+
+
+def kernel_oom_unit(message: str) -> str | None:
+    """The unit whose cgroup the kernel's OOM killer picked a process from, from its
+    `oom-kill:constraint=...,task_memcg=/system.slice/x.service,task=python3,pid=...` line."""
+    if "oom-kill:" not in message:
+        return None
+    m = _OOM_TASK_MEMCG.search(message)
+    if m is None:
+        return None
+    for part in reversed(m.group("cgroup").split("/")):
+        if part.endswith((".service", ".scope")):
+            return part
+    return None

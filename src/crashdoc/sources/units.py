@@ -32,13 +32,19 @@ _TYPES: dict[bytes, bytes] = {
     b"InvocationID": b"ay",
     b"FragmentPath": b"s",
     b"DropInPaths": b"as",
+    b"ActiveEnterTimestamp": b"t",
     b"Result": b"s",
     b"NRestarts": b"u",
     b"ExecMainStatus": b"i",
     b"ExecMainCode": b"i",
     b"ExecStart": b"a(sasbttttuii)",
     b"EnvironmentFiles": b"a(sb)",
+    b"NUMAPolicy": b"i",
+    b"NUMAMask": b"ay",
+    b"CPUAffinity": b"ay",
 }
+# NUMAPolicy's values are the kernel's MPOL_* numbers; systemd says -1 when the unit sets none
+_NUMA_POLICIES = {0: "default", 1: "preferred", 2: "bind", 3: "interleave", 4: "local"}
 
 
 def unit_path(name: str) -> bytes:
@@ -176,6 +182,7 @@ class UnitWatcher:
             st.invocation = bytes(invocation).hex() if isinstance(invocation, bytes | list) else ""
             st.fragment_path = _text(prop(UNIT_IFACE, b"FragmentPath"))
             st.drop_in_paths = tuple(_text(p) for p in prop(UNIT_IFACE, b"DropInPaths") or [])
+            st.active_enter_timestamp = int(prop(UNIT_IFACE, b"ActiveEnterTimestamp") or 0) / 1e6  # type: ignore[arg-type]
             if unit.endswith(".service") and st.loaded:
                 st.result = _text(prop(SERVICE_IFACE, b"Result"))
                 st.n_restarts = int(prop(SERVICE_IFACE, b"NRestarts"))  # type: ignore[arg-type]
@@ -186,6 +193,7 @@ class UnitWatcher:
                     st.exec_start = tuple(_text(a) for a in exec_start[0][1])  # type: ignore[index]
                 env_files = prop(SERVICE_IFACE, b"EnvironmentFiles") or []
                 st.environment_files = tuple(_text(row[0]) for row in env_files)  # type: ignore[index]
+                self._read_numa(st, prop)
         except Exception as exc:
             text = str(exc)
             if "NoSuchUnit" in text or "UnknownObject" in text or "not loaded" in text:
@@ -193,6 +201,22 @@ class UnitWatcher:
             self._lost(exc)
             return None
         return st
+
+    @staticmethod
+    def _read_numa(st: UnitState, prop: Callable[[bytes, bytes], object]) -> None:
+        """NUMAPolicy=, NUMAMask=, CPUAffinity= (for the HiCache host-memory check); systemd before 243 has
+        none of them, which must not count as a lost bus."""
+        try:
+            policy = int(prop(SERVICE_IFACE, b"NUMAPolicy"))  # type: ignore[call-overload]
+            mask = prop(SERVICE_IFACE, b"NUMAMask")
+            affinity = prop(SERVICE_IFACE, b"CPUAffinity")
+        except Exception as exc:
+            if "UnknownProperty" in str(exc) or "InvalidArgs" in str(exc):
+                return
+            raise
+        st.numa_policy = _NUMA_POLICIES.get(policy, "")
+        st.numa_mask = bitmask_list(mask)
+        st.cpu_affinity = bitmask_list(affinity)
 
     # --- signals -------------------------------------------------------------------------
 
@@ -231,6 +255,19 @@ class UnitWatcher:
             return
         if self.units.role_of(name) is not None:
             self._dirty.add(name)
+
+
+def bitmask_list(mask: object) -> str:
+    """systemd's CPU/NUMA bit mask (`ay`, bit i of byte k is CPU or node 8k+i) as a Linux list: \"0-3,8\"."""
+    data = bytes(mask) if isinstance(mask, bytes | bytearray | list | tuple) else b""
+    bits = [8 * k + i for k, byte in enumerate(data) for i in range(8) if byte >> i & 1]
+    runs: list[list[int]] = []
+    for bit in bits:
+        if runs and bit == runs[-1][1] + 1:
+            runs[-1][1] = bit
+        else:
+            runs.append([bit, bit])
+    return ",".join(str(a) if a == b else f"{a}-{b}" for a, b in runs)
 
 
 def _unescape(path: bytes) -> str | None:

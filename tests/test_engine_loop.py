@@ -1,0 +1,246 @@
+"""Crash-loop semantics of the engine, fed with the records systemd 252 really writes.
+
+These run without a systemd: they pin down the state machine (startup loops, runtime loops,
+slow starters, recovery, flapping, start limit, clean stops, OOM kills, config changes) on
+exact event sequences. The same behaviours are checked on a real private systemd in
+test_e2e_loops.py.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from crashdoc.diagnosis.crashloop import LoopState, Thresholds
+from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.fixes import unit_flags
+from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, UnitState
+from crashdoc.matching.library import load_library
+from crashdoc.matching.matcher import Matcher
+
+LIBRARY = load_library([Path(__file__).parent / "fixtures" / "signatures"])
+UNIT = "sglang-prefill.service"
+SCRIPT = "/opt/sglang/prefill.sh"
+DSV4_TRACEBACK = [
+    "[2026-05-01 12:00:03 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 6361, '
+    "in run_scheduler_process",
+    "    scheduler = Scheduler(",
+    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", '
+    "line 661, in _deepseek_v4_num_host_pages",
+    "    raise ValueError(",
+    "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead.",
+    "",
+]
+
+
+class Host:
+    """Feeds an engine the way the journal source would, with a clock."""
+
+    def __init__(self, thresholds: Thresholds | None = None, files: dict[str, str] | None = None) -> None:
+        self.files = files or {}
+        builder = DiagnosisBuilder(flags_of=lambda argv: unit_flags(argv, self.read))
+        self.engine = Engine(Matcher(LIBRARY), thresholds=thresholds or Thresholds(recovery=10), builder=builder)
+        self.t = 1_800_000_000.0
+        self.runs = 0
+        self.restarts = 0
+
+    def read(self, path: str) -> str:
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path]
+
+    def pid1(self, kind: Lifecycle, **fields: object) -> None:
+        self.engine.on_lifecycle(LifecycleRecord(UNIT, kind, self.t, invocation=f"inv{self.runs}", **fields))
+
+    def start(self) -> None:
+        self.runs += 1
+        self.pid1(Lifecycle.STARTED)
+
+    def line(self, text: str, pid: int = 100) -> None:
+        self.engine.on_line(LogLine(UNIT, pid + self.runs, text, self.t, f"inv{self.runs}"))
+
+    def ready(self) -> None:
+        self.line("[2026-05-01 12:00:09] The server is fired up and ready to roll!")
+
+    def crash(self, lines: list[str] = DSV4_TRACEBACK, code: str = "killed", status: str = "KILL",
+              result: str = "signal", restart: bool = True) -> None:
+        for text in lines:
+            self.line(text, pid=200)
+        self.t += 0.2
+        self.pid1(Lifecycle.EXITED, exit_code=code, exit_status=status)
+        self.pid1(Lifecycle.FAILED, result=result)
+        if restart:
+            self.t += 1
+            self.restarts += 1
+            self.pid1(Lifecycle.RESTART_SCHEDULED, n_restarts=self.restarts)
+
+    def wait(self, seconds: float) -> None:
+        end = self.t + seconds
+        while self.t < end:
+            self.t = min(end, self.t + 1)
+            self.engine.tick(self.t)
+
+    @property
+    def rec(self):
+        return self.engine.units()[UNIT]
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.engine.events()]
+
+
+def test_two_crashes_before_ready_make_a_loop_with_one_diagnosis() -> None:
+    h = Host()
+    h.start()
+    h.crash()
+    assert not h.rec.crashloop
+    h.start()
+    h.crash()
+    assert h.rec.crashloop
+    kinds = h.kinds()
+    assert kinds.count("loop-started") == 1
+    [d] = h.engine.diagnoses()  # what /diagnoses and --json show
+    assert d.signature == "dsv4-hicache-size-unsupported" and d.crashes == 2 and d.confidence == 1.0
+    assert d.restarts == 2, "restarts is systemd's NRestarts now, not when the loop was diagnosed"
+    assert "main process killed by SIGKILL (SGLang's launcher kills its whole process tree" in " ".join(d.evidence)
+    for _ in range(5):  # the loop goes on: no second loop-started, no new record unless the cause changes
+        h.start()
+        h.crash()
+    assert "loop-started" not in h.kinds()
+    assert h.rec.restarts_total == 7 and h.rec.crashes_by_signature["dsv4-hicache-size-unsupported"] == 7
+
+
+def test_slow_starter_dying_every_eight_minutes_while_loading_is_a_loop() -> None:
+    h = Host(Thresholds(recovery=120))
+    for _ in range(2):
+        h.start()
+        h.line("[2026-05-01 12:00:00] server_args={'model_path': 'deepseek-ai/DeepSeek-V4', 'tp_size': 2}")
+        h.line("[2026-05-01 12:00:01 TP0] Load weight begin. avail mem=78.31 GB")
+        h.wait(8 * 60)  # loading weights for eight minutes, longer than the recovery window
+        assert h.rec.loop.state is not LoopState.RECOVERED
+        h.crash()
+    assert h.rec.crashloop
+
+
+def test_runtime_crashes_after_ready_need_three_within_the_window() -> None:
+    h = Host(Thresholds(recovery=10, runtime_crashes=3, runtime_window=600))
+    for i in range(3):
+        h.start()
+        h.ready()
+        h.wait(30)
+        h.crash(["[2026-05-01 12:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                 '  File "/x/sglang/srt/managers/scheduler.py", line 1, in event_loop',
+                 "RuntimeError: Decode out of memory. Try to lower your batch size.", ""])
+        assert h.rec.crashloop == (i == 2)
+    assert h.rec.diagnosis.signature is None  # not in the small test library: an unknown, still diagnosed
+    assert h.rec.diagnosis.root_cause.line == "RuntimeError: Decode out of memory. Try to lower your batch size."
+    assert h.rec.diagnosis.category == "memory"
+
+
+def test_recovery_needs_a_ready_run_through_the_window_and_a_quick_relapse_is_the_same_loop() -> None:
+    h = Host(Thresholds(recovery=10, flap_window=600))
+    h.line("[2026-05-01 12:00:00] server_args={'model_path': 'deepseek-ai/DeepSeek-V4', 'tp_size': 2}")
+    for _ in range(2):
+        h.start()
+        h.crash()
+    started = h.rec.loop.loop_started_at
+    h.kinds()
+    h.start()
+    h.wait(30)
+    assert h.rec.crashloop, "an SGLang run that never said ready has not recovered"
+    h.ready()
+    h.wait(11)
+    assert not h.rec.crashloop and h.rec.loop.state is LoopState.RECOVERED
+    assert h.kinds() == ["recovered"]
+    h.crash()  # the recovered run dies after all, and the next two never get ready
+    for _ in range(2):
+        h.start()
+        h.crash()
+    assert h.rec.crashloop and h.rec.loop.loop_started_at == started
+    assert "loop-started" not in h.kinds(), "flapping must not raise a new loop"
+
+
+def test_start_limit_hit_marks_the_unit_failed() -> None:
+    h = Host()
+    for _ in range(3):
+        h.start()
+        h.crash()
+    h.pid1(Lifecycle.START_LIMIT_HIT, result="start-limit-hit")
+    assert h.rec.failed and h.rec.crashloop
+    assert "failed" in h.kinds()
+
+
+def test_a_stop_on_request_is_not_a_crash_and_ends_the_loop() -> None:
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.crash()
+    h.start()
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="TERM")
+    h.pid1(Lifecycle.DEACTIVATED)
+    h.engine.on_unit_state(UnitState(UNIT, active_state="inactive", sub_state="dead", n_restarts=0))
+    assert h.rec.crashes_total == 2
+    assert not h.rec.crashloop and h.rec.loop.state is LoopState.STOPPED
+    assert h.rec.n_restarts == 0 and h.rec.restarts_total == 2
+
+
+def test_an_oom_kill_wins_over_the_launchers_scheduler_died_message() -> None:
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.t += 1
+        h.engine.on_lifecycle(LifecycleRecord(
+            UNIT, Lifecycle.OOM_KILL, h.t,
+            message="oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/system.slice/sglang-prefill.service,task=python3",
+        ))
+        h.crash(["Traceback (most recent call last):",
+                 '  File "/x/sglang/srt/entrypoints/engine.py", line 2029, in _wait_for_scheduler_ready',
+                 "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 "
+                 "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check."],
+                code="exited", status="1", result="exit-code")
+    d = h.rec.diagnosis
+    assert d.signature == "test-oom-killed" and d.category == "memory"
+    assert any(e.startswith("kernel: oom-kill:") for e in d.evidence)
+    assert any("Rank 0 scheduler died" in e for e in d.evidence)
+
+
+@pytest.mark.parametrize("old_value", ["--hicache-ratio 2.0"])
+def test_config_change_between_a_good_run_and_the_loop_is_reported_with_the_flag_diff(old_value: str) -> None:
+    good = f"#!/bin/bash\nexec python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V4 {old_value}\n"
+    bad = "#!/bin/bash\nexec python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V4 --hicache-size 150\n"
+    h = Host(Thresholds(recovery=10), files={SCRIPT: good})
+    state = UnitState(UNIT, active_state="active", sub_state="running", exec_start=(SCRIPT,), n_restarts=0)
+    h.engine.on_unit_state(state)
+    h.start()
+    h.ready()
+    h.wait(20)
+    assert h.rec.last_good is not None
+    h.files[SCRIPT] = bad
+    h.engine.on_file_changed(UNIT, SCRIPT, h.t)
+    h.wait(12)
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="TERM")
+    h.pid1(Lifecycle.DEACTIVATED)
+    for _ in range(2):
+        h.start()
+        h.crash()
+    d = h.rec.diagnosis
+    assert d.config_change is not None
+    assert d.config_change["path"] == SCRIPT and d.config_change["added"] == ["--hicache-size 150"]
+    assert d.config_change["removed"] == ["--hicache-ratio 2.0"]
+    assert d.evidence[0].startswith(f"crash loop began 12 s after {SCRIPT} changed: + --hicache-size 150")
+
+
+def test_line_level_failures_are_counted_without_a_crash() -> None:
+    h = Host()
+    h.start()
+    h.ready()
+    for _ in range(3):
+        h.line("[2026-05-01 12:00:03 TP0] Decode handshake failed for request rank=0 decode_req.req.rid='a' "
+               "with exception KVTransferError(bootstrap_room=1): Lost connection with prefill instance")
+    assert h.rec.line_failures["test-kv-transfer-failed"] == 3
+    assert not h.rec.crashloop
+    h.engine.finish()
+    [d] = h.engine.diagnoses()
+    assert d.signature == "test-kv-transfer-failed" and d.severity == "warning" and d.crashes == 3
