@@ -9,6 +9,7 @@ disk and a fake /proc + /sys tree, and read the warning from the diagnosis, as a
 
 from __future__ import annotations
 
+import json
 import math
 import re
 from dataclasses import replace
@@ -265,3 +266,41 @@ def test_a_fix_without_a_safety_check_has_no_such_warning(tmp_path: Path) -> Non
     fix = Fix("replace --hicache-size", list(changes))
     unit_fix_synthesizer(root=root)(replace(ctx, safety="hicache-host-memory"), changes, fix)
     assert any("--hicache-ratio 2.0" in w and "could not check" in w for w in fix.warnings), fix.warnings
+
+
+# --- on a real systemd -------------------------------------------------------------------------------
+
+
+@pytest.mark.sandbox
+def test_systemd_numa_settings_reach_the_check_over_dbus(sandbox_factory, sandbox_workdir) -> None:
+    """The demo prefill unit bound with NUMAPolicy=bind NUMAMask=0: `crashdoc diagnose` reads the binding
+    from D-Bus and checks the ratio against node 0 of this machine (its real /proc and /sys)."""
+    from crashdoc.sandbox.demo import PREFILL_UNIT, demo_units
+    from e2e import CRASHDOC, RESTART_SCHEDULED, pid1_records, wait_for
+
+    units = demo_units(sandbox_workdir, CRASHDOC[0])
+    units[PREFILL_UNIT] = units[PREFILL_UNIT].replace(
+        "[Service]\n", "[Service]\nNUMAPolicy=bind\nNUMAMask=0\nCPUAffinity=0\n"
+    )
+    sandbox = sandbox_factory(units, workdir=sandbox_workdir)
+    wait_for(lambda: len(pid1_records(sandbox, PREFILL_UNIT, RESTART_SCHEDULED)) >= 2, 60, "two restarts")
+    probe = (
+        "import json; from crashdoc.sources.units import UnitWatcher; "
+        "from crashdoc.sources.journal import UnitFilter, WatchRule; "
+        f"w = UnitWatcher(UnitFilter([WatchRule({PREFILL_UNIT!r})])); assert w.connect(), w.last_error; "
+        f"s = w.state({PREFILL_UNIT!r}); print(json.dumps([s.numa_policy, s.numa_mask, s.cpu_affinity]))"
+    )
+    out = sandbox.run([CRASHDOC[0], "-c", probe], check=True).stdout
+    assert json.loads(out) == ["bind", "0", "0"]
+    out = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT, "--json"], check=True, timeout=60).stdout
+    d = json.loads(out)["diagnoses"][0]
+    assert d["signature"] == SIGNATURE
+    w = safety_warning_of(d["fix"]["warnings"])
+    assert "NUMA node 0 (NUMAPolicy=bind NUMAMask=0)" in w, w
+    assert "x 2 ranks" in w, w  # the demo runs --tp-size 2 and both ranks logged their pool
+
+
+def safety_warning_of(warnings: list[str]) -> str:
+    found = [w for w in warnings if w.startswith("--hicache-ratio")]
+    assert len(found) == 1, warnings
+    return found[0]
