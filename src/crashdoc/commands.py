@@ -110,10 +110,9 @@ def diagnose(args: argparse.Namespace) -> int:
             if state is not None:
                 engine.on_unit_state(state)
     while True:
-        events = source.read(20_000)
-        if not events:
+        feed(engine, source.read(20_000))
+        if source.at_end:
             break
-        feed(engine, events)
     if watcher is not None:
         for name in list(engine.units()):
             state = watcher.state(name)
@@ -279,4 +278,16 @@ def mine(args: argparse.Namespace) -> int:
 
 
 def render_runbooks(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    """Every signature's runbook as Markdown in DIR, plus index.md, for a wiki."""
+    from pathlib import Path
+
+    from crashdoc.outputs.runbooks import INDEX, write_runbooks
+
+    library = load_library_or_fail(args.signatures)
+    try:
+        rendered = write_runbooks(library, Path(args.dir))
+    except OSError as exc:
+        raise UserError(f"cannot write the runbooks to {args.dir}: {exc.strerror or exc}") from exc
+    stale = f"; removed {len(rendered.removed)} page(s) of signatures that are gone" if rendered.removed else ""
+    print(f"wrote {len(rendered.written) - 1} runbooks and {INDEX} to {args.dir}{stale}")
+    return 0

@@ -27,7 +27,7 @@ from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
 from crashdoc.outputs.html import diagnosis_section, esc, index_page, markdown, page
 from crashdoc.outputs.http import HttpServer
-from crashdoc.outputs.journal_records import JournalRecorder
+from crashdoc.outputs.journal_records import JournalRecorder, recorded_event_ids
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
 from crashdoc.outputs.render import diagnoses_json
 from crashdoc.sources.cursor import CursorStore
@@ -153,8 +153,9 @@ class Daemon:
         saved = self.store.load()
         if saved.warning:
             log(saved.warning)
-        if saved.cursor and self.source.seek_cursor(saved.cursor):
-            log("resuming the journal after the saved cursor")
+        resumed = bool(saved.cursor) and self.source.seek_cursor(saved.cursor or "")
+        if resumed:
+            self._restore(saved.blob, saved.saved_at)
         else:
             if saved.cursor:
                 log("the saved cursor is no longer in the journal; starting at its end")
@@ -167,6 +168,22 @@ class Daemon:
                     self._refresh_unit(unit)
             else:
                 log(f"{self.watcher.last_error}; working from the journal alone until it comes back")
+
+    def _restore(self, blob: bytes, saved_at: float) -> None:
+        """Pick up exactly where the last crashdoc stopped: its state at the saved cursor."""
+        if not blob:
+            log("resuming the journal after the saved cursor (no saved state: counters start at 0)")
+            return
+        try:
+            self.engine.restore(blob)
+        except ValueError as exc:
+            log(f"the saved state cannot be used ({exc}); resuming the journal with empty counters")
+            return
+        # effects between the last save and a kill are redone on resume: skip records already written
+        self.recorder.seen |= recorded_event_ids(saved_at - 3600, self.config.journal_directory)
+        units = self.engine.units()
+        looping = sum(1 for r in units.values() if r.crashloop)
+        log(f"resuming after the saved cursor with the saved state: {len(units)} unit(s), {looping} looping")
 
     def run(self, http: HttpServer | None) -> int:
         sel = selectors.DefaultSelector()
@@ -242,23 +259,24 @@ class Daemon:
         """Read everything the journal has, batch by batch; effects, then the cursor."""
         while not self._stop:
             events = self.source.read(BATCH)
-            if not events:
-                self._update_journal_health()
-                if self.source.stats.entries and self.source.cursor != self.store.last_saved:
-                    self._dirty = True
-                self._save()
-                return
-            with self.lock:
-                for event in events:
-                    if isinstance(event, LogLine):
-                        self.engine.on_line(event)
-                    else:
-                        self._on_lifecycle(event)
-                self._emit(self.engine.events())
-            self._busy_until = time.monotonic() + BUSY_PERIOD
-            self._dirty = True
+            if events:
+                with self.lock:
+                    for event in events:
+                        if isinstance(event, LogLine):
+                            self.engine.on_line(event)
+                        else:
+                            self._on_lifecycle(event)
+                    effects = self._emit(self.engine.events())
+                self._busy_until = time.monotonic() + BUSY_PERIOD
+            else:
+                effects = False
+            if self.source.cursor != self.store.last_saved:
+                self._dirty = True
             self._update_journal_health()
-            self._save()
+            self._save(force=effects)  # right after effects: a kill now would redo as little as possible
+            if self.source.at_end:
+                return
+            self.notify("WATCHDOG=1")  # a long backlog (start-up, a flood) is progress, not a hang
 
     def _on_lifecycle(self, record: LifecycleRecord) -> None:
         self.engine.on_lifecycle(record)
@@ -343,10 +361,12 @@ class Daemon:
             self.health.signature_reloads = self.holder.reloads
             self.health.signature_reload_errors = self.holder.errors
 
-    def _emit(self, events: list[EngineEvent]) -> None:
-        """Effects of what the engine decided: journal records, alert state, latency."""
+    def _emit(self, events: list[EngineEvent]) -> bool:
+        """Effects of what the engine decided: journal records, alert state, latency. True if any."""
+        effects = False
         for event in events:
             if event.kind in ("loop-started", "loop-updated", "failed", "recovered", "stopped"):
+                effects = True
                 if self.recorder.record(event):
                     self.health.journal_records_written = self.recorder.written
                 elif self.recorder.last_error:
@@ -361,6 +381,7 @@ class Daemon:
                     log(f"{event.unit} recovered")
         if self.alerts is not None and events:
             self.alerts.update(self._active_alerts())  # type: ignore[attr-defined]
+        return effects
 
     def _active_alerts(self) -> dict[str, object]:
         return {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
@@ -387,7 +408,9 @@ class Daemon:
         cursor = self.source.cursor
         if cursor is None:
             return
-        ok = self.store.save(cursor)
+        with self.lock:
+            blob = self.engine.snapshot()
+        ok = self.store.save(cursor, blob=blob)
         if not ok and self.health.state_writable:
             log(f"{self.store.last_error}; diagnosing in memory only")
         self.health.state_writable = ok

@@ -39,7 +39,7 @@ _EMPTY: tuple[Traceback, ...] = ()
 class Limits:
     max_frames: int = 120  # keep the first 20 and the last 100 of a deep recursion
     max_message_lines: int = 80
-    max_text_chars: int = 64 * 1024
+    max_text_chars: int = 16 * 1024
     max_pending: int = 4096  # processes with a traceback in progress
 
 
@@ -114,6 +114,15 @@ class TracebackAssembler:
     @property
     def pending(self) -> int:
         return len(self._pending)
+
+    def export(self) -> tuple[list[tuple[tuple[str, int], _Pending]], list[tuple[tuple[str, int], str]]]:
+        """The state in progress, as plain data (for a snapshot)."""
+        return list(self._pending.items()), list(self._previous.items())
+
+    def import_(self, state: tuple[list[tuple[tuple[str, int], _Pending]], list[tuple[tuple[str, int], str]]]) -> None:
+        pending, previous = state
+        self._pending = OrderedDict(pending)
+        self._previous = dict(previous)
 
     # --- state machine -------------------------------------------------------------------
 
@@ -244,6 +253,12 @@ class TracebackAssembler:
         lines = state.message
         while len(lines) > 1 and not lines[-1].strip():
             lines.pop()
+        if len(lines) > 1 and not lines[0].strip():
+            # `raise RuntimeError("""\n    An attempt ...""")`: the message starts on the next line
+            while len(lines) > 1 and not lines[0].strip():
+                lines.pop(0)
+            lines[0] = lines[0].strip()
+            state.exc_line = f"{state.exc_type}: {lines[0]}" if state.exc_type else lines[0]
         state.chain.append(
             ExceptionInfo(
                 type=state.exc_type,

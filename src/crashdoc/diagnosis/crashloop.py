@@ -17,6 +17,9 @@ from enum import StrEnum
 from crashdoc.diagnosis.invocation import Invocation
 from crashdoc.diagnosis.rootcause import Finding
 
+KEEP_CRASHES = 200  # crashes remembered per unit (for the dominant root cause)
+KEEP_TRACEBACKS = 5  # of which the latest keep their full traceback
+
 
 class LoopState(StrEnum):
     HEALTHY = "healthy"
@@ -60,10 +63,11 @@ class LoopTracker:
     unit: str
     thresholds: Thresholds = field(default_factory=Thresholds)
     state: LoopState = LoopState.HEALTHY
-    crashes: deque[Crash] = field(default_factory=lambda: deque(maxlen=200))
+    crashes: deque[Crash] = field(default_factory=lambda: deque(maxlen=KEEP_CRASHES))
     startup_streak: int = 0
     loop_started_at: float | None = None
-    loop_crashes: list[Crash] = field(default_factory=list)
+    loop_crashes: deque[Crash] = field(default_factory=lambda: deque(maxlen=KEEP_CRASHES))
+    loop_crash_count: int = 0  # all crashes of the current loop (loop_crashes keeps the latest)
     recovered_at: float | None = None
     last_crash_at: float | None = None
 
@@ -74,10 +78,15 @@ class LoopTracker:
     def on_crash(self, inv: Invocation, finding: Finding | None, at: float) -> Transition | None:
         crash = Crash(inv.id, at, not inv.ready, finding, inv.exit_text(), inv.lifetime)
         self.crashes.append(crash)
+        if len(self.crashes) > KEEP_TRACEBACKS:
+            older = self.crashes[-KEEP_TRACEBACKS - 1].finding
+            if older is not None:
+                older.traceback = None  # keep what identifies it; memory stays bounded over long loops
         self.last_crash_at = at
         self.startup_streak = self.startup_streak + 1 if crash.before_ready else 0
         if self.looping:
             self.loop_crashes.append(crash)
+            self.loop_crash_count += 1
             if inv.start_limit_hit:
                 return self._move(LoopState.FAILED, at)
             return None
@@ -88,7 +97,8 @@ class LoopTracker:
             or (inv.start_limit_hit)
         ):
             count = self.startup_streak if self.startup_streak >= self.thresholds.startup_crashes else len(recent)
-            self.loop_crashes = list(self.crashes)[-max(count, 1) :]
+            self.loop_crashes = deque(list(self.crashes)[-max(count, 1) :], maxlen=KEEP_CRASHES)
+            self.loop_crash_count = len(self.loop_crashes)
             continuing = self.recovered_at is not None and at - self.recovered_at <= self.thresholds.flap_window
             if not continuing or self.loop_started_at is None:
                 self.loop_started_at = self.loop_crashes[0].at
@@ -124,20 +134,22 @@ class LoopTracker:
 
     def dominant(self) -> tuple[Finding | None, float, int]:
         """The root cause most of this loop's crashes share, how sure we are, and how many crashes."""
-        crashes = self.loop_crashes or list(self.crashes)[-1:]
+        crashes = list(self.loop_crashes) or list(self.crashes)[-1:]
         keyed = [(c.finding.signature_id or c.finding.fingerprint) if c.finding else None for c in crashes]
         known = [k for k in keyed if k is not None]
+        total = max(self.loop_crash_count, len(crashes))
         if not known:
-            return None, 0.0, len(crashes)
+            return None, 0.0, total
         key, count = Counter(known).most_common(1)[0]
         latest = next(c.finding for c, k in zip(reversed(crashes), reversed(keyed), strict=True) if k == key)
         confidence = count / len(crashes)
         if latest is not None and latest.match is None:
             confidence *= 0.6  # an unknown error: we know what raised, not that it is the cause
-        return latest, round(confidence, 2), len(crashes)
+        return latest, round(confidence, 2), total
 
     def _move(self, new: LoopState, at: float, new_loop: bool = False) -> Transition:
         old, self.state = self.state, new
         if new in (LoopState.RECOVERED, LoopState.STOPPED):
-            self.loop_crashes = []
+            self.loop_crashes = deque(maxlen=KEEP_CRASHES)
+            self.loop_crash_count = 0
         return Transition(self.unit, old, new, at, new_loop)

@@ -9,11 +9,12 @@ from pasted text). It does no I/O: outputs drain `events()` and read `units()`.
 from __future__ import annotations
 
 import dataclasses
-import itertools
+import pickle
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 
+from crashdoc import __version__
 from crashdoc.assembly.markers import find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis.configchange import FileChange, correlate
@@ -26,6 +27,7 @@ from crashdoc.matching.matcher import Facts, Matcher
 
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
+SNAPSHOT_VERSION = f"crashdoc-engine-1/{__version__}"
 QUIET_SECONDS = 1.0  # a process with an unfinished traceback that stays quiet this long is done
 
 
@@ -88,7 +90,7 @@ class Engine:
         self.assembler = TracebackAssembler()
         self._units: dict[str, UnitRecord] = {}
         self._events: list[EngineEvent] = []
-        self._synthetic = itertools.count(1)
+        self._synthetic = 0  # numbers runs of text logs, which have no INVOCATION_ID
         self.now = 0.0
 
     @property
@@ -162,15 +164,19 @@ class Engine:
         inv = self._invocation_for(rec, record.invocation, record.timestamp, create=False)
         if inv is None:
             inv = rec.pending_end or rec.current
+        if kind in (Lifecycle.OOM_KILL, Lifecycle.COREDUMP):
+            # about a process of the run in progress (or the one that just ended); never starts a run:
+            # journald replays the kernel's old OOM lines when it starts
+            if inv is not None and (not inv.ended or inv is rec.pending_end):
+                inv.apply(record)
+            return
         if inv is None:
             inv = self._new_invocation(rec, record.invocation, record.timestamp)
-        if kind in (Lifecycle.EXITED, Lifecycle.FAILED, Lifecycle.OOM_KILL, Lifecycle.DEACTIVATED):
+        if kind in (Lifecycle.EXITED, Lifecycle.FAILED, Lifecycle.DEACTIVATED):
             for tb in self.assembler.flush(unit=rec.name):
                 self._add_traceback(rec, tb)
         inv.apply(record)
-        if kind in (Lifecycle.EXITED, Lifecycle.OOM_KILL, Lifecycle.DEACTIVATED) or (
-            kind is Lifecycle.FAILED and not inv.ended
-        ):
+        if kind in (Lifecycle.EXITED, Lifecycle.DEACTIVATED) or (kind is Lifecycle.FAILED and not inv.ended):
             rec.pending_end = inv
         if kind in (Lifecycle.FAILED, Lifecycle.RESTART_SCHEDULED, Lifecycle.DEACTIVATED, Lifecycle.JOB_FAILED):
             self._settle(rec)
@@ -248,7 +254,9 @@ class Engine:
             inv.good = True
             rec.last_good = inv
         if inv.good:
-            self._transition(rec, rec.loop.on_good_run(now))
+            # dated by the run, not by the clock, so that a restarted crashdoc names the event the same way
+            since = max(started, inv.ready_at or 0.0)
+            self._transition(rec, rec.loop.on_good_run(since + self.thresholds.recovery))
 
     def finish(self) -> None:
         """End of a one-shot input: whatever is still open is judged on what was seen."""
@@ -262,6 +270,40 @@ class Engine:
                 rec.current.ended_at = rec.current.last_line_at
                 rec.pending_end = rec.current
             self._settle(rec)
+
+    # --- persistence ---------------------------------------------------------------------
+
+    def snapshot(self) -> bytes:
+        """Everything the engine knows, to resume exactly where a killed crashdoc stopped.
+
+        Only data is saved (no matcher, builder or callables): units with their runs, loop
+        state and diagnoses, and the tracebacks still being assembled.
+        """
+        state = {
+            "version": SNAPSHOT_VERSION,
+            "units": self._units,
+            "pending": self.assembler.export(),
+            "synthetic": self._synthetic,
+            "now": self.now,
+        }
+        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+
+    def restore(self, blob: bytes) -> None:
+        """Load a snapshot made by `snapshot` (of this crashdoc version); raises ValueError otherwise."""
+        try:
+            state = pickle.loads(blob)
+        except Exception as exc:
+            raise ValueError(f"unreadable snapshot: {type(exc).__name__}: {exc}") from exc
+        if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
+            raise ValueError("snapshot from another crashdoc version")
+        units = state["units"]
+        for rec in units.values():
+            rec.loop.thresholds = self.thresholds  # the configuration may have changed meanwhile
+            rec.role = self.role_of(rec.name) or rec.role
+        self._units = units
+        self.assembler.import_(state["pending"])
+        self._synthetic = state["synthetic"]
+        self.now = state["now"]
 
     # --- outputs -------------------------------------------------------------------------
 
@@ -318,7 +360,9 @@ class Engine:
         return self._new_invocation(rec, "", timestamp)
 
     def _new_invocation(self, rec: UnitRecord, invocation: str, timestamp: float) -> Invocation:
-        inv_id = invocation or f"run-{next(self._synthetic)}"
+        if not invocation:
+            self._synthetic += 1
+        inv_id = invocation or f"run-{self._synthetic}"
         current = rec.current
         if current is not None and not invocation and not current.ended and not current.lines:
             current.started_at = current.started_at or timestamp  # "Started" before any line: same run
@@ -412,7 +456,8 @@ class Engine:
         )
         rec.diagnosis = diagnosis
         if kind != "loop-updated" or changed:
-            self._events.append(EngineEvent(kind, rec.name, self.now, diagnosis, transition))
+            at = transition.at if transition is not None else self.now
+            self._events.append(EngineEvent(kind, rec.name, at, diagnosis, transition))
 
     def _invocation_of(self, rec: UnitRecord, finding: Finding | None) -> Invocation | None:
         if finding is not None and finding.traceback is not None:

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from crashdoc.events import LifecycleRecord, LogLine, Marker, Match, Traceback
 from crashdoc.sources.lifecycle import describe_exit
 
-MAX_TRACEBACKS = 32
+MAX_TRACEBACKS = 16
 MAX_LINE_MATCHES = 32
 MAX_EVIDENCE_LINES = 40
 

@@ -26,6 +26,7 @@ _CONSEQUENCE_MESSAGES = (
     re.compile(r"kill_process_tree: \d+ process\(es\) not reaped"),
     re.compile(r"^Initialization failed\. Please see the error messages above"),
 )
+_TEARDOWN_FRAMES = "multiprocessing/resource_tracker.py"
 _EMBEDDED_ERROR = re.compile(r"^\s*(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?:\(|: )")
 
 
@@ -51,9 +52,12 @@ class Finding:
 
 
 def is_consequence(tb: Traceback) -> bool:
+    """Errors that follow from a failure elsewhere, or from the teardown after it."""
     exc = tb.final
     if exc.short_type in _CONSEQUENCE_TYPES:
         return True
+    if any(_TEARDOWN_FRAMES in f.file for f in exc.frames):
+        return True  # multiprocessing's resource tracker complains when the tree is SIGKILLed
     return any(p.search(exc.message) for p in _CONSEQUENCE_MESSAGES)
 
 
@@ -77,7 +81,11 @@ def traceback_finding(tb: Traceback, matcher: Matcher, facts: Facts) -> Finding:
 
 def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | None:
     """The finding that best explains why this run died (None when nothing says)."""
-    candidates = [tb for tb in inv.tracebacks if not is_consequence(tb)]
+    teardown = next((m.timestamp for m in inv.markers if m.kind == "kill-tree" and m.timestamp), None)
+    candidates = [
+        tb for tb in inv.tracebacks
+        if not is_consequence(tb) and (teardown is None or not tb.timestamp or tb.timestamp <= teardown)
+    ]
     if not candidates and not inv.oom_killed:
         candidates = list(inv.tracebacks)  # "Rank 0 scheduler died" is all there is: better than nothing
     if candidates:

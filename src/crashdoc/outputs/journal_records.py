@@ -47,7 +47,7 @@ class JournalRecorder:
     written: int = 0
     errors: int = 0
     last_error: str = ""
-    _seen: set[str] = field(default_factory=set)
+    seen: set[str] = field(default_factory=set)  # event ids written (or found in the journal)
 
     def record(self, event: EngineEvent) -> bool:
         """Write one record for a loop event; crashes and line failures are not recorded one by one."""
@@ -56,7 +56,7 @@ class JournalRecorder:
             return False
         d = event.diagnosis
         event_id = _event_id(event)
-        if event_id in self._seen:
+        if event_id in self.seen:
             return False
         fields = {
             "MESSAGE_ID": message_id,
@@ -90,9 +90,9 @@ class JournalRecorder:
             self.errors += 1
             self.last_error = f"cannot write to the journal: {exc}"
             return False
-        self._seen.add(event_id)
-        if len(self._seen) > 10_000:
-            self._seen.clear()
+        self.seen.add(event_id)
+        if len(self.seen) > 10_000:
+            self.seen.clear()
         self.written += 1
         return True
 
@@ -118,3 +118,35 @@ def _message(event: EngineEvent) -> str:
         "loop-updated": "crash loop diagnosis changed",
     }.get(event.kind, event.kind)
     return f"{unit} {prefix}: {d.root_cause.line or d.title} -- fix: {d.fix.summary}"
+
+
+def recorded_event_ids(since: float, directory: str | None = None) -> set[str]:
+    """CRASHDOC_EVENT_IDs already in the journal since `since`.
+
+    crashdoc reads its own records only here, to avoid writing one twice after a restart
+    (its cursor is saved after its effects, so the last effects before a kill may be redone);
+    they never feed a diagnosis.
+    """
+    from datetime import datetime
+
+    from systemd import journal
+
+    ids: set[str] = set()
+    try:
+        reader = journal.Reader(path=directory) if directory else journal.Reader()
+    except OSError:
+        return ids
+    try:
+        for message_id in OWN_MESSAGE_IDS:
+            reader.add_match(MESSAGE_ID=message_id)
+        reader.seek_realtime(datetime.fromtimestamp(max(0.0, since)))
+        while reader._next():
+            try:
+                ids.add(reader._get("CRASHDOC_EVENT_ID").decode("ascii", "replace"))
+            except KeyError:
+                continue
+    except OSError:
+        pass
+    finally:
+        reader.close()
+    return ids

@@ -8,6 +8,8 @@ folder that is read-only or full is reported, and crashdoc keeps working in memo
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import os
 import time
@@ -22,7 +24,9 @@ FORMAT_VERSION = 1
 @dataclass(slots=True)
 class SavedState:
     cursor: str | None = None
-    data: dict[str, Any] = field(default_factory=dict)  # whatever the daemon needs to resume exactly
+    data: dict[str, Any] = field(default_factory=dict)  # small facts (e.g. when it was saved)
+    blob: bytes = b""  # the engine's snapshot at that cursor
+    saved_at: float = 0.0
     warning: str = ""  # why the saved state could not be used, if it could not
 
 
@@ -53,14 +57,22 @@ class CursorStore:
             data = doc.get("data") or {}
             if not isinstance(data, dict):
                 raise ValueError("bad data")
-        except (ValueError, UnicodeDecodeError) as exc:
+            blob = base64.b64decode(doc.get("engine") or "", validate=True)
+            saved_at = float(doc.get("saved_at") or 0.0)
+        except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
             return SavedState(warning=f"{self.path} is unreadable ({exc}); starting at the journal's end")
         self.last_saved = cursor
-        return SavedState(cursor=cursor, data=data)
+        return SavedState(cursor=cursor, data=data, blob=blob, saved_at=saved_at)
 
-    def save(self, cursor: str | None, data: dict[str, Any] | None = None) -> bool:
+    def save(self, cursor: str | None, data: dict[str, Any] | None = None, blob: bytes = b"") -> bool:
         """Persist atomically; False (and `last_error`) when the folder cannot take it."""
-        doc = {"version": FORMAT_VERSION, "cursor": cursor, "saved_at": time.time(), "data": data or {}}
+        doc = {
+            "version": FORMAT_VERSION,
+            "cursor": cursor,
+            "saved_at": time.time(),
+            "data": data or {},
+            "engine": base64.b64encode(blob).decode("ascii"),
+        }
         payload = json.dumps(doc, separators=(",", ":")).encode()
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         try:

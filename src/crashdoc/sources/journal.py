@@ -96,6 +96,7 @@ class JournalSource:
             self.reader = journal.Reader()
         self.reader.data_threshold = 64 * 1024
         self.stats = ReadStats()
+        self.at_end = False  # the last read() reached the newest entry
         self._cursor: str | None = None
         self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
         self._invocations: dict[tuple[bytes, bytes], str] = {}  # (unit, pid) -> invocation id
@@ -150,13 +151,16 @@ class JournalSource:
         events: list[Event] = []
         stepped = 0
         stats = self.stats
+        self.at_end = False
         while stepped < limit:
             try:
                 if not nxt():
+                    self.at_end = True
                     break
             except OSError as exc:
                 stats.errors += 1
                 stats.last_error = f"journal read failed: {exc}"
+                self.at_end = True  # do not spin on a broken file: try again on the next wake-up
                 break
             stepped += 1
             try:
