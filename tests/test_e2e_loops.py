@@ -36,7 +36,7 @@ def fake(flags: str) -> str:
     return f"{PY} -m crashdoc.sandbox.fake_sglang {flags}"
 
 
-def state_of(cd, name: str) -> str | None:  # noqa: ANN001
+def state_of(cd, name: str) -> str | None:
     for (metric, labels), value in cd.metrics().items():
         if metric == "crashdoc_unit_state" and value == 1.0 and ("unit", name) in labels:
             return dict(labels)["state"]
