@@ -274,7 +274,16 @@ def check_config(args: argparse.Namespace) -> int:
 
 
 def mine(args: argparse.Namespace) -> int:
-    raise NotImplementedError
+    """Candidate signatures from SGLang's source, and how much of it the library covers."""
+    from crashdoc.matching.mine import MineError, run
+
+    library = load_library_or_fail(args.signatures)
+    try:
+        return run(args.path, library, out=args.out, as_json=args.json)
+    except MineError as exc:
+        raise UserError(str(exc)) from exc
+    except OSError as exc:
+        raise UserError(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
 
 
 def render_runbooks(args: argparse.Namespace) -> int:
