@@ -12,6 +12,7 @@ redacting redacted text changes nothing.
 from __future__ import annotations
 
 import re
+import string
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import overload
@@ -40,11 +41,8 @@ NON_SECRET_WORDS: frozenset[str] = frozenset(
 # SGLang's cache flag families: `--hicache-*` and `--kv-*` configure the KV cache, never a credential.
 NON_SECRET_PREFIXES: tuple[str, ...] = ("hicache", "kv")
 # Values that are no secret and say something useful when shown: unset, or a reference to a variable.
-_KEEP_VALUE = re.compile(
-    r"""(?:None|null|nil|true|false|''|""|<redacted>|["']?\$(?:\w+|\{\w+\})["']?)\Z""", re.I
-)
+_KEEP_VALUE = re.compile(r"""(?:None|null|nil|true|false|''|""|<redacted>|["']?\$(?:\w+|\{\w+\})["']?)\Z""", re.I)
 
-_NAME = r"[\w.-]*?(?:" + "|".join(SECRET_WORDS) + r")"
 # A value: quoted (possibly unterminated when a line was cut), or a bare word.
 _QUOTED = r"""'[^'\n]*'?|"(?:[^"\\\n]|\\.)*"?"""
 
@@ -67,6 +65,36 @@ def _mask(value: str) -> str:
     return REDACTED
 
 
+# Cheap substring tests that rule a pattern out before the (slower) regex scans the text.
+_TOKEN_HINTS: tuple[str, ...] = (
+    "sk-",
+    "hf_",
+    "ghp_",
+    "gho_",
+    "ghu_",
+    "ghs_",
+    "ghr_",
+    "github_pat_",
+    "glpat-",
+    "xox",
+    "xapp-",
+    "eyJ",
+    "PRIVATE KEY",
+    "AKIA",
+    "ASIA",
+    "ABIA",
+    "ACCA",
+    "AGPA",
+    "AIDA",
+    "AROA",
+    "AIPA",
+    "ANPA",
+    "ANVA",
+)
+_SECRET_HINTS: tuple[str, ...] = ("key", "token", "secret", "passw", "passphrase", "credential")
+_ASCII_LOWER = str.maketrans(string.ascii_uppercase, string.ascii_lowercase)
+
+
 @dataclass(frozen=True, slots=True)
 class Redactor:
     """The compiled patterns, plus literal secret values learnt elsewhere (the `--api-key` of a unit).
@@ -75,8 +103,9 @@ class Redactor:
     """
 
     secrets: tuple[str, ...] = ()
-    _flag: re.Pattern[str] = field(init=False, repr=False)
-    _assign: re.Pattern[str] = field(init=False, repr=False)
+    _named: re.Pattern[str] = field(init=False, repr=False)
+    _flag_value: re.Pattern[str] = field(init=False, repr=False)
+    _assign_value: re.Pattern[str] = field(init=False, repr=False)
     _auth: re.Pattern[str] = field(init=False, repr=False)
     _url: re.Pattern[str] = field(init=False, repr=False)
     _tokens: re.Pattern[str] = field(init=False, repr=False)
@@ -84,26 +113,20 @@ class Redactor:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        # `--api-key s3cr3t`, `--api-key=s3cr3t`, `--api-key \<newline> s3cr3t`; not `--api-key --port 1`.
+        # A secret word ending a name, then what separates the name from its value: `--api-key s3cr3t`,
+        # `--api-key=s3cr3t`, `--api-key \<newline> s3cr3t`, `HF_TOKEN=x`, `api_key='x'`, `"api_key": "x"`.
+        # The scan starts at the secret word (a literal the regex engine finds fast); the name is read
+        # backwards from there, and `is_secret_flag` has the last word.
         set_(
             self,
-            "_flag",
+            "_named",
             re.compile(
-                r"(?<![\w.-])(?P<name>--?" + _NAME + r")(?P<sep>=|[ \t]+(?:\\\r?\n[ \t]*)?)"
-                r"(?P<value>(?!--)(?:" + _QUOTED + r"|[^\s'\"]+))",
-                re.I,
-            ),
+                r"(?:" + "|".join(SECRET_WORDS) + r")(?P<q>[\"']?)"
+                r"(?P<sep>[ \t]*[:=][ \t]*|[ \t]+(?:\\\r?\n[ \t]*)?)"
+            ),  # searched in a lower-cased copy: re.I would disable the engine's fast first-character scan
         )
-        # `HF_TOKEN=hf_x`, `api_key='x'`, `"api_key": "x"`, `password: x`, `?token=x&`.
-        set_(
-            self,
-            "_assign",
-            re.compile(
-                r"(?<![\w.-])(?P<name>" + _NAME + r")(?P<sep>[\"']?[ \t]*[:=][ \t]*)"
-                r"(?P<value>" + _QUOTED + r"|[^\s'\",;)}\]&]+)",
-                re.I,
-            ),
-        )
+        set_(self, "_flag_value", re.compile(r"(?!--)(?:" + _QUOTED + r"|[^\s'\"]+)"))
+        set_(self, "_assign_value", re.compile(_QUOTED + r"|[^\s'\",;)}\]&]+"))
         set_(
             self,
             "_auth",
@@ -115,7 +138,8 @@ class Redactor:
                 re.I,
             ),
         )
-        set_(self, "_url", re.compile(r"(?P<head>\b[a-z][a-z0-9+.-]*://[^\s:/?#@'\"]*:)[^\s/?#@'\"]+@", re.I))
+        # user:password@ after a scheme's `://`; the user stays readable.
+        set_(self, "_url", re.compile(r"(?P<head>://[^\s:/?#@'\"]*:)[^\s/?#@'\"]+@"))
         set_(
             self,
             "_tokens",
@@ -140,11 +164,53 @@ class Redactor:
         """`text` with every secret replaced by `<redacted>`."""
         if self._literal is not None:
             text = self._literal.sub(REDACTED, text)
-        text = self._tokens.sub(REDACTED, text)
-        text = self._url.sub(lambda m: m["head"] + REDACTED + "@", text)
-        text = self._auth.sub(lambda m: m["head"] + REDACTED, text)
-        text = self._flag.sub(self._named, text)
-        return self._assign.sub(self._named, text)
+        if any(h in text for h in _TOKEN_HINTS):
+            text = self._tokens.sub(REDACTED, text)
+        if "://" in text:
+            text = self._url.sub(lambda m: m["head"] + REDACTED + "@", text)
+        low = text.lower()
+        if "authorization" in low or "bearer" in low:
+            text = self._auth.sub(lambda m: m["head"] + REDACTED, text)
+            low = text.lower()
+        if any(h in low for h in _SECRET_HINTS):
+            if len(low) != len(text):  # a few letters lower-case to two characters: keep offsets aligned
+                low = text.translate(_ASCII_LOWER)
+            text = self._named_values(text, low)
+        return text
+
+    def _named_values(self, text: str, low: str) -> str:
+        out: list[str] = []
+        pos = 0
+        secret: dict[str, bool] = {}
+        for m in self._named.finditer(low):
+            if m.start() < pos:
+                continue  # inside a value masked already
+            n = m.start()
+            while n > 0 and (text[n - 1].isalnum() or text[n - 1] in "_.-"):
+                n -= 1
+            name = text[n : m.end() - len(m["q"]) - len(m["sep"])]
+            if name not in secret:
+                secret[name] = is_secret_flag(name)
+            if not secret[name]:
+                continue
+            sep = m["sep"]
+            # a flag's value follows `=` or blanks (and line continuations); `name=`/`name:` is an assignment
+            flag_sep = sep.replace("\\\n", "").replace("\\\r\n", "").strip(" \t") in ("", "=")
+            if name.startswith("-") and not m["q"] and flag_sep:
+                value = self._flag_value.match(text, m.end())
+            elif ":" in sep or "=" in sep:
+                value = self._assign_value.match(text, m.end())
+            else:
+                continue
+            if value is None or _KEEP_VALUE.match(value[0]):
+                continue
+            out.append(text[pos : value.start()])
+            out.append(_mask(value[0]))
+            pos = value.end()
+        if not out:
+            return text
+        out.append(text[pos:])
+        return "".join(out)
 
     def argv(self, argv: Sequence[str]) -> list[str]:
         """`argv` with secret flag values (`--api-key X`, `--api-key=X`) and secrets inside words masked."""
@@ -167,12 +233,6 @@ class Redactor:
                     continue
             out.append(self.text(word))
         return out
-
-    def _named(self, m: re.Match[str]) -> str:
-        value = m["value"]
-        if not is_secret_flag(m["name"]) or _KEEP_VALUE.match(value):
-            return m[0]
-        return m["name"] + m["sep"] + _mask(value)
 
 
 _DEFAULT = Redactor()
