@@ -18,9 +18,10 @@ from crashdoc.diagnosis.safety import (
     numa_binding,
     parse_list,
     ranks_on_host,
+    ratio_from_changes,
     safety_warnings,
 )
-from crashdoc.events import LogLine
+from crashdoc.events import FlagChange, LogLine
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TWO_NODES = FIXTURES / "sysfs" / "two-nodes"
@@ -323,3 +324,10 @@ def test_named_safety_check() -> None:
     kwargs = {"ratio": 2.0, "lines": POOL_40G, "inv": prefill_invocation(), "root": TWO_NODES}
     assert safety_warnings("hicache-host-memory", **kwargs) == hicache_host_memory(**kwargs)
     assert safety_warnings(None) == [] and safety_warnings("unknown") == []
+
+
+def test_ratio_from_the_fix() -> None:
+    assert ratio_from_changes([FlagChange("replace", "--hicache-size", "2.0", "--hicache-ratio")]) == 2.0
+    assert ratio_from_changes([FlagChange("set", "--hicache-ratio", "1.5")]) == 1.5
+    assert ratio_from_changes([FlagChange("remove", "--hicache-ratio")]) is None
+    assert ratio_from_changes([FlagChange("set", "--hicache-ratio", "${ratio}")]) is None

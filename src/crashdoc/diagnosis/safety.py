@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crashdoc.diagnosis.commandline import Invocation, Where, parse_wrappers
-from crashdoc.events import LogLine
+from crashdoc.events import FlagChange, LogLine
 
 GIB = 1 << 30
 # SGLang keeps this much host RAM free when it sizes HiCache pools (pool_host/base.py,
@@ -500,6 +500,19 @@ def hicache_host_memory(
         ]
     check = check_hicache_ratio(ratio, pool, ranks, memory)
     return [*check.sentences, *out]
+
+
+def ratio_from_changes(changes: Sequence[FlagChange]) -> float | None:
+    """The --hicache-ratio a fix sets (`replace ... -> --hicache-ratio 2.0`, `set`, `add`), or None."""
+    ratio = None
+    for c in changes:
+        target = c.new_flag if c.action == "replace" and c.new_flag else c.flag
+        if target == "--hicache-ratio" and c.action in ("replace", "set", "add") and c.value is not None:
+            try:
+                ratio = float(c.value)
+            except ValueError:
+                continue
+    return ratio
 
 
 def safety_warnings(name: str | None, **inputs: object) -> list[str]:
