@@ -25,7 +25,7 @@ from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.events import LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
-from crashdoc.outputs.html import diagnosis_section, esc, index_page, markdown, page
+from crashdoc.outputs import html as pages
 from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import JournalRecorder, recorded_event_ids
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
@@ -85,47 +85,17 @@ class Daemon:
             if rec is None:
                 return None
             d = rec.diagnosis or rec.last_diagnosis
-            state = rec.loop.state.value
-            body = [
-                f"<h1>{esc(unit)}: {esc(state)}</h1>",
-                f"<p class='meta'>NRestarts {esc(rec.n_restarts)} &middot; restarts seen {esc(rec.restarts_total)}"
-                f" &middot; crashes {esc(rec.crashes_total)}</p>",
-            ]
-            if d is not None:
-                if rec.diagnosis is None:
-                    body.append("<p class='ok'>Not crash-looping now; the last diagnosis was:</p>")
-                body.append(diagnosis_section(d, self.runbook_url(d.signature, unit)))
-            else:
-                body.append("<p class='ok'>No crash loop diagnosed.</p>")
-            return page(f"{unit} - crashdoc", "".join(body))
+            sig = self.holder.library.get(d.signature) if d is not None and d.signature else None
+            return pages.unit_page(rec, sig)
 
     def runbook_page(self, signature: str) -> bytes | None:
         with self.lock:
             sig = self.holder.library.get(signature)
-            if sig is None:
-                return None
-            body = [
-                f"<h1>{esc(sig.title)}</h1>",
-                f"<p class='meta'>{esc(sig.id)} &middot; {esc(sig.category)} &middot; {esc(sig.severity)}"
-                f" &middot; flags: {esc(' '.join(sig.flags))}</p>",
-                markdown(sig.runbook),
-            ]
-            for rec in self.engine.units().values():
-                d = rec.diagnosis or rec.last_diagnosis
-                if d is not None and d.signature == signature:
-                    body.append(f"<h2>Latest on {esc(rec.name)} ({esc(rec.loop.state.value)})</h2>")
-                    body.append(diagnosis_section(d))
-            return page(f"{sig.id} - crashdoc runbook", "".join(body))
+            return None if sig is None else pages.runbook_page(sig, self.engine.units().values())
 
     def index_page(self) -> bytes:
         with self.lock:
-            rows = []
-            for rec in sorted(self.engine.units().values(), key=lambda r: r.name):
-                d = rec.diagnosis
-                rows.append(
-                    (rec.name, rec.loop.state.value, (d.signature or "unknown") if d else "", d.title if d else "")
-                )
-        return index_page(rows)
+            return pages.index_page(self.engine.units().values())
 
     def health_status(self) -> tuple[bool, dict[str, object]]:
         h = self.health
@@ -166,8 +136,19 @@ class Daemon:
                 for unit in self.watcher.discover():
                     self.engine.watch(unit)
                     self._refresh_unit(unit)
+                    if not resumed:
+                        self._catch_up(unit)
             else:
                 log(f"{self.watcher.last_error}; working from the journal alone until it comes back")
+
+    def _catch_up(self, unit: str) -> None:
+        """A run already in progress when crashdoc starts: read what it logged so far (was it ready?)."""
+        state = self.engine.units()[unit].state
+        if state is None or not state.invocation or state.active_state not in ("active", "activating", "reloading"):
+            return
+        for line in self.source.run_so_far(unit, state.invocation):
+            self.engine.on_line(line)
+        self.engine.events()  # history, not news: no records or alerts for it
 
     def _restore(self, blob: bytes, saved_at: float) -> None:
         """Pick up exactly where the last crashdoc stopped: its state at the saved cursor."""

@@ -86,6 +86,7 @@ class JournalSource:
         files: Sequence[str] | None = None,
     ) -> None:
         self.units = units
+        self._directory = directory if not files else None
         if files:
             self.reader = journal.Reader(files=list(files))
         elif directory:
@@ -310,6 +311,34 @@ class JournalSource:
         raw = unit.encode()
         for key in [k for k in self._invocations if k[0] == raw]:
             del self._invocations[key]
+
+    def run_so_far(self, unit: str, invocation: str, limit: int = 20_000) -> list[LogLine]:
+        """The lines a run in progress wrote before crashdoc started (its "ready" line, its
+        server_args), read with a separate reader so the main position does not move."""
+        lines: list[LogLine] = []
+        try:
+            reader = journal.Reader(path=self._directory) if self._directory else journal.Reader()
+        except OSError:
+            return lines
+        try:
+            reader.add_match(_SYSTEMD_INVOCATION_ID=invocation)
+            reader.seek_head()
+            get = reader._get
+            unit_raw = unit.encode()
+            while len(lines) < limit and reader._next():
+                try:
+                    if get("_SYSTEMD_UNIT") != unit_raw:
+                        continue
+                    line = self._line(get, reader._get_realtime, unit_raw)
+                except (KeyError, OSError):
+                    continue
+                if line is not None:
+                    lines.append(line)
+        except OSError:
+            pass
+        finally:
+            reader.close()
+        return lines
 
     # --- waiting -------------------------------------------------------------------------
 
