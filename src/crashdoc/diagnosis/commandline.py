@@ -13,10 +13,11 @@ from __future__ import annotations
 import bisect
 import posixpath
 import re
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
+from types import MappingProxyType
 
 # What starts SGLang: `python -m <module>` for these modules, or `<program> <subcommand>`.
 # `crashdoc.sandbox.fake_sglang` is crashdoc's own stand-in for SGLang in the demo sandbox, started the same way.
@@ -28,7 +29,7 @@ SGLANG_MODULES: frozenset[str] = frozenset(
         "crashdoc.sandbox.fake_sglang",
     }
 )
-SGLANG_PROGRAMS: dict[str, str] = {"sglang": "serve"}
+SGLANG_PROGRAMS: Mapping[str, str] = MappingProxyType({"sglang": "serve"})
 # Python's own options that take a value (`python -X faulthandler -m sglang.launch_server`).
 PYTHON_OPTIONS_WITH_VALUE: frozenset[str] = frozenset({"-W", "-X", "--check-hash-based-pycs"})
 SHELLS: frozenset[str] = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
@@ -49,93 +50,58 @@ class WrapperSpec:
     options_with_value: frozenset[str] = frozenset()
     positionals: int = 0  # arguments before the command: taskset's mask, timeout's duration
     assignments: bool = False  # env: NAME=VALUE words before the command
-    container: bool = False  # docker/podman: the command runs in an image (arity unknown: the rest)
+    opaque: bool = False  # too many options to model (docker, uv run): everything up to the launcher is its
     subcommand: str = ""  # `uv run`, `conda run`, `docker run`
 
 
-WRAPPERS: dict[str, WrapperSpec] = {
-    "exec": WrapperSpec(frozenset({"-a"})),
-    "env": WrapperSpec(frozenset({"-u", "--unset", "-C", "--chdir", "-S", "--split-string"}), assignments=True),
-    "numactl": WrapperSpec(
-        frozenset(
-            {
-                "-m",
-                "--membind",
-                "-N",
-                "--cpunodebind",
-                "-C",
-                "--physcpubind",
-                "-i",
-                "--interleave",
-                "-p",
-                "--preferred",
-                "-P",
-                "--preferred-many",
-                "-w",
-                "--weighted-interleave",
-            }
-        )
-    ),
-    "taskset": WrapperSpec(positionals=1),
-    "nice": WrapperSpec(frozenset({"-n", "--adjustment"})),
-    "ionice": WrapperSpec(frozenset({"-c", "--class", "-n", "--classdata", "-p", "--pid", "-P", "-u"})),
-    "chrt": WrapperSpec(positionals=1),
-    "stdbuf": WrapperSpec(frozenset({"-i", "-o", "-e", "--input", "--output", "--error"})),
-    "timeout": WrapperSpec(frozenset({"-s", "--signal", "-k", "--kill-after"}), positionals=1),
-    "nohup": WrapperSpec(),
-    "setsid": WrapperSpec(),
-    "sudo": WrapperSpec(frozenset({"-u", "-g", "-C", "-D", "-h", "-p", "-r", "-t", "-U"}), assignments=True),
-    "runuser": WrapperSpec(frozenset({"-u", "-g", "-G"})),
-    "prlimit": WrapperSpec(frozenset({"-p", "--pid"})),
-    "srun": WrapperSpec(
-        frozenset(
-            {
-                "-n",
-                "--ntasks",
-                "-N",
-                "--nodes",
-                "-c",
-                "--cpus-per-task",
-                "-p",
-                "--partition",
-                "-w",
-                "--nodelist",
-                "-J",
-                "--job-name",
-                "-t",
-                "--time",
-                "-G",
-                "--gpus",
-                "-A",
-                "--account",
-                "--gres",
-                "--mem",
-                "--container-image",
-                "--container-mounts",
-                "-o",
-                "--output",
-                "-e",
-                "--error",
-            }
-        )
-    ),
-    "mpirun": WrapperSpec(frozenset({"-n", "-np", "-H", "--host", "-x", "--map-by", "--bind-to"})),
-    "torchrun": WrapperSpec(container=True),
-    "systemd-run": WrapperSpec(
-        frozenset({"-u", "--unit", "-p", "--property", "-E", "--setenv", "--slice", "-M", "--machine"})
-    ),
-    "systemd-inhibit": WrapperSpec(frozenset({"--what", "--who", "--why", "--mode"})),
-    "uv": WrapperSpec(container=True, subcommand="run"),
-    "conda": WrapperSpec(container=True, subcommand="run"),
-    "micromamba": WrapperSpec(container=True, subcommand="run"),
-    "poetry": WrapperSpec(container=True, subcommand="run"),
-    "docker": WrapperSpec(container=True, subcommand="run"),
-    "podman": WrapperSpec(container=True, subcommand="run"),
-    "nvidia-docker": WrapperSpec(container=True, subcommand="run"),
-    "apptainer": WrapperSpec(container=True, subcommand="exec"),
-    "singularity": WrapperSpec(container=True, subcommand="exec"),
-    "enroot": WrapperSpec(container=True, subcommand="start"),
-}
+def _options(spec: str) -> frozenset[str]:
+    return frozenset(spec.split())
+
+
+# Read-only: the table is data, not a registry to extend at run time.
+WRAPPERS: Mapping[str, WrapperSpec] = MappingProxyType(
+    {
+        "exec": WrapperSpec(_options("-a")),
+        "env": WrapperSpec(_options("-u --unset -C --chdir -S --split-string"), assignments=True),
+        "numactl": WrapperSpec(
+            _options(
+                "-m --membind -N --cpunodebind -C --physcpubind -i --interleave -p --preferred -P --preferred-many "
+                "-w --weighted-interleave"
+            )
+        ),
+        "taskset": WrapperSpec(positionals=1),
+        "nice": WrapperSpec(_options("-n --adjustment")),
+        "ionice": WrapperSpec(_options("-c --class -n --classdata -p --pid -P -u")),
+        "chrt": WrapperSpec(positionals=1),
+        "stdbuf": WrapperSpec(_options("-i -o -e --input --output --error")),
+        "timeout": WrapperSpec(_options("-s --signal -k --kill-after"), positionals=1),
+        "nohup": WrapperSpec(),
+        "setsid": WrapperSpec(),
+        "sudo": WrapperSpec(_options("-u -g -C -D -h -p -r -t -U"), assignments=True),
+        "runuser": WrapperSpec(_options("-u -g -G")),
+        "prlimit": WrapperSpec(_options("-p --pid")),
+        "srun": WrapperSpec(
+            _options(
+                "-n --ntasks -N --nodes -c --cpus-per-task -p --partition -w --nodelist -J --job-name -t --time "
+                "-G --gpus -A --account --gres --mem --container-image --container-mounts -o --output -e --error"
+            )
+        ),
+        "mpirun": WrapperSpec(_options("-n -np -H --host -x --map-by --bind-to")),
+        "systemd-run": WrapperSpec(_options("-u --unit -p --property -E --setenv --slice -M --machine")),
+        "systemd-inhibit": WrapperSpec(_options("--what --who --why --mode")),
+        "torchrun": WrapperSpec(opaque=True),
+        "uv": WrapperSpec(opaque=True, subcommand="run"),
+        "conda": WrapperSpec(opaque=True, subcommand="run"),
+        "micromamba": WrapperSpec(opaque=True, subcommand="run"),
+        "poetry": WrapperSpec(opaque=True, subcommand="run"),
+        "docker": WrapperSpec(opaque=True, subcommand="run"),
+        "podman": WrapperSpec(opaque=True, subcommand="run"),
+        "nvidia-docker": WrapperSpec(opaque=True, subcommand="run"),
+        "apptainer": WrapperSpec(opaque=True, subcommand="exec"),
+        "singularity": WrapperSpec(opaque=True, subcommand="exec"),
+        "enroot": WrapperSpec(opaque=True, subcommand="start"),
+    }
+)
 CONTAINER_ENGINES: frozenset[str] = frozenset(
     {"docker", "podman", "nvidia-docker", "apptainer", "singularity", "enroot"}
 )
@@ -225,7 +191,7 @@ class Invocation:
         """The lines of `text` that hold the command, as written; the shell-quoted argv for ARGV."""
         if self.where is Where.ARGV:
             return join_argv(self.exec_start)
-        lines = self.text.splitlines()
+        lines = self.text.split("\n")  # as `lines` counts them: only \n ends a line
         return "\n".join(lines[self.lines[0] - 1 : self.lines[1]])
 
     @property
@@ -600,7 +566,7 @@ def parse_wrappers(values: Sequence[str]) -> tuple[tuple[Wrapper, ...], tuple[tu
         name = posixpath.basename(values[i])
         spec = WRAPPERS.get(name)
         j = i + 1
-        if spec is None or spec.container:
+        if spec is None or spec.opaque:
             wrappers.append(Wrapper(name, tuple(values[j:])))
             break
         if spec.subcommand and j < n and values[j] == spec.subcommand:
@@ -743,7 +709,7 @@ def _program_index(values: Sequence[str]) -> int:
     while i < len(values) and _ASSIGNMENT.match(values[i]):
         i += 1
     for w in wrappers:
-        if w.name in WRAPPERS and not WRAPPERS[w.name].container:
+        if w.name in WRAPPERS and not WRAPPERS[w.name].opaque:
             i += 1 + len(w.args)
         else:
             break
