@@ -161,9 +161,7 @@ def test_long_lines_stay_linear() -> None:
 
 @settings(max_examples=300, deadline=None)
 @given(
-    st.lists(
-        st.sampled_from([*"ab =:-_'\"\\\n@/$<>{}", "api", "--", "key", "token", "Bearer ", "://u:"])
-    ).map("".join)
+    st.lists(st.sampled_from([*"ab =:-_'\"\\\n@/$<>{}", "api", "--", "key", "token", "Bearer ", "://u:"])).map("".join)
 )
 def test_redaction_is_idempotent(text: str) -> None:
     once = redact(text)
@@ -173,9 +171,7 @@ def test_redaction_is_idempotent(text: str) -> None:
 @settings(max_examples=200, deadline=None)
 @given(
     st.sampled_from(["--api-key ", "--api-key=", "--hf-token ", "HF_TOKEN=", "api_key='", "password: "]),
-    st.from_regex(re.compile(r"[A-Za-z0-9_.+/-]{6,30}", re.A), fullmatch=True).filter(
-        lambda s: not s.startswith("-")
-    ),
+    st.from_regex(re.compile(r"[A-Za-z0-9_.+/-]{6,30}", re.A), fullmatch=True).filter(lambda s: not s.startswith("-")),
     st.sampled_from(["", " --tp 4", "\n", "' ", ", port=1"]),
 )
 def test_secret_never_survives(prefix: str, secret: str, suffix: str) -> None:
