@@ -1016,20 +1016,27 @@ def _value(hole: Hole) -> object:
     kind = hole.spec[-1:] if hole.spec[-1:].isalpha() or hole.spec.endswith("%") else ""
     floating = kind in ("e", "E", "f", "F", "g", "G", "%")
     numeric = floating or kind in ("d", "i", "o", "u", "x", "X", "b", "c", "n")
-    if words & _BOOL_WORDS and not numeric:
-        return True
-    for keys, number in _NUMBER_WORDS:
-        if words & keys:
-            return float(number) if floating else int(number) if numeric else number
-    if numeric:
-        return 1.0 if floating else 1
-    for keys, text in _STRING_WORDS:
-        if words & keys:
-            return text
+    tokens = re.split(r"[^a-z0-9]+", (hole.name or hole.expr).lower())
+    last = {tokens[-1]} if tokens else set()
+    for look in (last, words):  # the last word says most: `hicache_host_memory_mode` is a mode
+        if look & _BOOL_WORDS and not numeric:
+            return True
+        for keys, number in _NUMBER_WORDS:
+            if look & keys:
+                return float(number) if floating else int(number) if numeric else number
+        if numeric:
+            return 1.0 if floating else 1
+        for keys, text in _STRING_WORDS:
+            if look & keys:
+                return text
+        if look is last and tokens[-1] in ("mode", "backend", "type", "name", "method", "algorithm", "kind"):
+            return "x"
     return "x"
 
 
 def _render(hole: Hole) -> str:
+    if hole.gap:
+        return f"<{hole.expr}>"  # text we could not read: say so rather than invent it
     value = _value(hole)
     try:
         if hole.spec.startswith("%"):
@@ -1105,7 +1112,7 @@ def _emit(parts: Sequence[Part], at_end: bool, expected: dict[str, str], taken: 
             continue
         value = clean(_render(part)).replace("\n", " ") or "x"
         body = ".+" if last else ".+?"
-        if part.name and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part.name):
+        if part.name and not part.gap and re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", part.name):
             name, n = part.name, 2
             while name in taken:
                 name, n = f"{part.name}_{n}", n + 1
