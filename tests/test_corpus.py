@@ -36,13 +36,7 @@ if not LABELS.is_file():
 
 
 def _labels() -> list[dict[str, Any]]:
-    rows = []
-    for number, line in enumerate(LABELS.read_text(encoding="utf-8").splitlines(), start=1):
-        if line.strip():
-            row = json.loads(line)
-            row["_line"] = number
-            rows.append(row)
-    return rows
+    return [json.loads(line) for line in LABELS.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
 ROWS = _labels()
