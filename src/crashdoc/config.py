@@ -6,6 +6,7 @@ With no file at all crashdoc watches `sglang*.service` with built-in thresholds,
 
 from __future__ import annotations
 
+import math
 import os
 import socket
 from dataclasses import dataclass, field, fields
@@ -159,8 +160,15 @@ def _build(doc: LocatedYaml, name: str) -> Config:
             for key, value in thresholds.items():
                 if key not in known:
                     bad(("thresholds", key), f"unknown threshold (known: {', '.join(known)})")
-                elif isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                elif (
+                    isinstance(value, bool)
+                    or not isinstance(value, int | float)
+                    or not math.isfinite(value)
+                    or value <= 0
+                ):
                     bad(("thresholds", key), f"must be a positive number, got {value!r}")
+                elif known[key].type in ("int", int) and value != int(value):
+                    bad(("thresholds", key), f"must be a whole number of crashes, got {value!r}")
                 else:
                     kwargs[key] = int(value) if known[key].type in ("int", int) else float(value)
             values["thresholds"] = Thresholds(**kwargs)
@@ -187,8 +195,12 @@ def _build(doc: LocatedYaml, name: str) -> Config:
 
     for key in ("state_directory", "runbook_base_url", "instance"):
         if key in data:
+            if key == "runbook_base_url" and data[key] is None:
+                continue  # null: the documented default, links to the listen address
             if not isinstance(data[key], str) or not data[key]:
                 bad((key,), "must be a non-empty string")
+            elif key == "runbook_base_url" and not data[key].startswith(("http://", "https://")):
+                bad((key,), f"must be an http(s) URL (alerts link to it), got {data[key]!r}")
             else:
                 values[key] = data[key]
     if "dbus" in data:
@@ -219,7 +231,7 @@ def _build(doc: LocatedYaml, name: str) -> Config:
                     else:
                         kwargs["url"] = value
                 elif key in ("resend_interval", "timeout"):
-                    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+                    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value < math.inf:
                         bad(("alertmanager", key), "must be a positive number of seconds")
                     else:
                         kwargs[key] = float(value)
