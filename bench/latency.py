@@ -1,0 +1,278 @@
+"""Detection latency on a private systemd: a crash's last log line -> crashdoc shows its diagnosis.
+
+Two crash-looping units run fake SGLang (`crashdoc.sandbox.fake_sglang`) with its real messages:
+
+- sglang-prefill.service: DeepSeek-V4 with `--hicache-size` (every TP rank raises SGLang's
+  ValueError inside a scheduler process, the launcher logs the SIGQUIT line and SIGKILLs its tree);
+- sglang-decode.service: `--enable-lmcache` with `--enable-hierarchical-cache` (the launcher's flag
+  resolution raises before any child exists: a plain traceback, exit status 1).
+
+Each crash is a new run (systemd INVOCATION_ID), so each is a fresh diagnosis event: crash k of a
+unit counts as shown once `/metrics` has `crashdoc_crashes_total` summed over the unit's signatures
+>= k *and* `/diagnoses` has a diagnosis of that unit naming that run's invocation (the loop's
+diagnosis moves to the newest crash of its root cause; before the loop, the crash's own one).
+Both are polled from the host every `interval` (the sandbox shares the network namespace).
+
+The reference time is the journal's `__REALTIME_TIMESTAMP` of the run's last line (its newest
+stdout entry), read back with journalctl afterwards; PID 1's "Main process exited" record splits
+the latency into the process's dying (last line -> exit) and crashdoc's part (exit -> shown).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+import urllib.request
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from bench.common import PYTHON, ROOT, Results, log, percentile
+
+PREFILL = "sglang-prefill.service"
+DECODE = "sglang-decode.service"
+EXITED = "98e322203f7a4ed290d09fe03c09fe15"
+
+
+def _unit(description: str, argv: list[str], env: dict[str, str], restart_sec: float) -> str:
+    from crashdoc.sandbox.demo import package_root
+
+    environment = "".join(f"Environment={k}={v}\n" for k, v in env.items())
+    return (
+        "[Unit]\n"
+        f"Description={description}\n"
+        "DefaultDependencies=no\n"
+        "StartLimitIntervalSec=0\n"
+        "\n"
+        "[Service]\n"
+        "Type=simple\n"
+        "Environment=PYTHONUNBUFFERED=1\n"
+        f"Environment=PYTHONPATH={package_root()}\n"
+        f"{environment}"
+        f"ExecStart={' '.join(argv)}\n"
+        "Restart=always\n"
+        f"RestartSec={restart_sec}\n"
+    )
+
+
+def crash_units(restart_sec: float = 0.3) -> dict[str, str]:
+    fake = [PYTHON, "-m", "crashdoc.sandbox.fake_sglang", "--model-path", "deepseek-ai/DeepSeek-V4-Flash",
+            "--trust-remote-code", "--tp-size", "1"]
+    env = {"FAKE_SGLANG_LOAD_SECONDS": "0", "FAKE_SGLANG_KILL_GRACE": "0"}
+    return {
+        PREFILL: _unit("SGLang prefill (DSV4, --hicache-size)", [*fake, "--port", "30000", "--disaggregation-mode",
+                       "prefill", "--enable-hierarchical-cache", "--hicache-size", "150"], env, restart_sec),
+        DECODE: _unit("SGLang decode (LMCache + HiCache)", [*fake, "--port", "30001", "--disaggregation-mode",
+                      "decode", "--enable-hierarchical-cache", "--enable-lmcache"], env, restart_sec),
+    }
+
+
+@dataclass
+class Observer:
+    """Polls /metrics and /diagnoses; remembers when each crash count and each invocation first appeared."""
+
+    base: str
+    interval: float = 0.02
+    counts: dict[str, list[tuple[int, float]]] = field(default_factory=lambda: defaultdict(list))
+    invocations: dict[tuple[str, str], float] = field(default_factory=dict)
+    polls: int = 0
+    errors: int = 0
+    lag: list[float] = field(default_factory=list)
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def _get(self, path: str) -> bytes:
+        with urllib.request.urlopen(self.base + path, timeout=2) as r:
+            return r.read()
+
+    def _run(self) -> None:
+        last: dict[str, int] = {}
+        while not self._stop.is_set():
+            began = time.time()
+            try:
+                metrics = self._get("/metrics").decode()
+                at = time.time()
+                totals: dict[str, int] = defaultdict(int)
+                for line in metrics.splitlines():
+                    if line.startswith("crashdoc_crashes_total{"):
+                        labels, _, value = line.rpartition(" ")
+                        unit = labels.split('unit="', 1)[1].split('"', 1)[0]
+                        totals[unit] += int(float(value))
+                    elif line.startswith("crashdoc_journal_lag_seconds "):
+                        self.lag.append(float(line.split()[1]))
+                for unit, total in totals.items():
+                    if total != last.get(unit):
+                        last[unit] = total
+                        self.counts[unit].append((total, at))
+                diagnoses = json.loads(self._get("/diagnoses"))["diagnoses"]
+                at = time.time()
+                for d in diagnoses:
+                    key = (d["unit"], d.get("invocation") or "")
+                    self.invocations.setdefault(key, at)
+                self.polls += 1
+            except (OSError, ValueError):
+                self.errors += 1
+            self._stop.wait(max(0.0, self.interval - (time.time() - began)))
+
+    def count_seen(self, unit: str, k: int) -> float | None:
+        for total, at in self.counts.get(unit, []):
+            if total >= k:
+                return at
+        return None
+
+
+def crash_truth(sandbox, unit: str) -> list[dict[str, float | str]]:
+    """Each ended run of `unit`: invocation, last line's and exit record's journal times."""
+    out = sandbox.journalctl("-o", "json", "-u", unit, "--output-fields=MESSAGE_ID,INVOCATION_ID,"
+                             "_SYSTEMD_INVOCATION_ID,_PID,__REALTIME_TIMESTAMP", timeout=60).stdout
+    last_line: dict[str, float] = {}
+    exits: list[tuple[str, float]] = []
+    for raw in out.splitlines():
+        e = json.loads(raw)
+        ts = int(e["__REALTIME_TIMESTAMP"]) / 1e6
+        if e.get("_PID") == "1":
+            if e.get("MESSAGE_ID") == EXITED and e.get("INVOCATION_ID"):
+                exits.append((e["INVOCATION_ID"], ts))
+        elif e.get("_SYSTEMD_INVOCATION_ID"):
+            inv = e["_SYSTEMD_INVOCATION_ID"]
+            last_line[inv] = max(ts, last_line.get(inv, 0.0))
+    return [{"unit": unit, "invocation": inv, "exit": at, "last_line": last_line[inv]}
+            for inv, at in exits if inv in last_line]
+
+
+def measure(crashes: int = 50, dbus: bool = True, interval: float = 0.02, timeout: float = 300.0) -> dict:
+    from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
+
+    start_crashdoc = _e2e().start_crashdoc
+
+    workdir = make_workdir()
+    sandbox = PrivateSystemd(crash_units(), workdir, start_units=[], keep_workdir=False)
+    sandbox.start()
+    cd = None
+    obs = None
+    try:
+        config = (
+            "units:\n"
+            f"  - {{name: \"{PREFILL}\", role: prefill}}\n"
+            f"  - {{name: \"{DECODE}\", role: decode}}\n"
+            f"dbus: {'true' if dbus else 'false'}\n"
+        )
+        cd = start_crashdoc(sandbox, config=config)
+        obs = Observer(cd.base, interval)
+        obs.start()
+        sandbox.systemctl("start", PREFILL, DECODE, check=True)
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            seen = sum(total for unit in (PREFILL, DECODE) for total, _ in obs.counts.get(unit, [])[-1:])
+            if seen >= crashes + 2:
+                break
+            time.sleep(0.5)
+        sandbox.systemctl("stop", PREFILL, DECODE)
+        time.sleep(1.5)
+        obs.stop()
+        truth = crash_truth(sandbox, PREFILL) + crash_truth(sandbox, DECODE)
+        samples = []
+        for unit in (PREFILL, DECODE):
+            runs = sorted((t for t in truth if t["unit"] == unit), key=lambda t: t["exit"])
+            for k, run in enumerate(runs, start=1):
+                count_at = obs.count_seen(unit, k)
+                diag_at = obs.invocations.get((unit, str(run["invocation"])))
+                if count_at is None or diag_at is None:
+                    continue
+                shown = max(count_at, diag_at)
+                samples.append({"unit": unit, "k": k, "latency": shown - float(run["last_line"]),
+                                "dying": float(run["exit"]) - float(run["last_line"]),
+                                "crashdoc": shown - float(run["exit"]),
+                                "metric": count_at - float(run["last_line"]),
+                                "diagnoses": diag_at - float(run["last_line"])})
+        samples.sort(key=lambda s: s["latency"])
+        histogram = _histogram(cd)
+        return {"crashes_ended": len(truth), "samples": samples,
+                "polls": obs.polls, "poll_errors": obs.errors, "interval": interval, "dbus": dbus,
+                "max_lag": max(obs.lag, default=0.0), "histogram": histogram}
+    finally:
+        if obs is not None:
+            obs.stop()
+        if cd is not None:
+            cd.stop()
+        sandbox.stop()
+
+
+def _e2e():
+    """tests/e2e.py: how the end-to-end tests start crashdoc inside a sandbox (one way, shared)."""
+    import importlib
+    import sys
+
+    tests = str(ROOT / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    return importlib.import_module("e2e")
+
+
+def _histogram(cd) -> dict[str, float]:
+    try:
+        with urllib.request.urlopen(cd.base + "/metrics", timeout=2) as r:
+            text = r.read().decode()
+    except OSError:
+        return {}
+    out = {}
+    for line in text.splitlines():
+        if line.startswith("crashdoc_time_to_diagnosis_seconds_") and not line.startswith("#"):
+            name, _, value = line.rpartition(" ")
+            out[name] = float(value)
+    return out
+
+
+def summarize(res: dict, crashes: int) -> dict[str, float]:
+    samples = res["samples"]
+    # the first `crashes` crashes in time order per run, not the fastest ones
+    ordered = sorted(samples, key=lambda s: (s["k"], s["unit"]))[:crashes]
+    lat = [s["latency"] for s in ordered]
+    return {
+        "n": len(lat),
+        "p50": percentile(lat, 50),
+        "p99": percentile(lat, 99),
+        "max": max(lat, default=float("nan")),
+        "dying_p50": percentile([s["dying"] for s in ordered], 50),
+        "crashdoc_p50": percentile([s["crashdoc"] for s in ordered], 50),
+        "crashdoc_p99": percentile([s["crashdoc"] for s in ordered], 99),
+        "metric_p50": percentile([s["metric"] for s in ordered], 50),
+        "diagnoses_p50": percentile([s["diagnoses"] for s in ordered], 50),
+    }
+
+
+def run(results: Results, crashes: int = 50, journal_only: bool = True) -> None:
+    from crashdoc.sandbox.systemd import unavailable_reason
+
+    reason = unavailable_reason()
+    if reason is not None:
+        results.add("latency", "detection latency", "skipped", note=f"cannot boot a private systemd: {reason}")
+        return
+    variants = [(True, crashes)]
+    if journal_only:
+        variants.append((False, max(10, crashes // 2)))
+    for dbus, n in variants:
+        log(f"latency: {n} crashes, D-Bus {'on' if dbus else 'off'} ...")
+        res = measure(n, dbus=dbus)
+        s = summarize(res, n)
+        results.raw[f"latency_dbus_{dbus}"] = {"summary": s, **res}
+        name = "crash -> /metrics + /diagnoses" + ("" if dbus else " (dbus: false, journal only)")
+        ok_p50 = s["p50"] <= 0.25
+        ok_p99 = s["p99"] <= 1.0
+        results.add("latency", f"{name}, p50", f"{s['p50'] * 1000:.0f} ms", target="<= 250 ms" if dbus else "",
+                    ok=ok_p50 if dbus else None,
+                    note=f"{s['n']} crashes; process dying (last line -> exit) p50 {s['dying_p50'] * 1000:.0f} ms, "
+                         f"crashdoc (exit -> shown) p50 {s['crashdoc_p50'] * 1000:.0f} ms")
+        results.add("latency", f"{name}, p99", f"{s['p99'] * 1000:.0f} ms", target="<= 1 s" if dbus else "",
+                    ok=ok_p99 if dbus else None,
+                    note=f"max {s['max'] * 1000:.0f} ms; crashdoc part p99 {s['crashdoc_p99'] * 1000:.0f} ms; "
+                         f"polled every {res['interval'] * 1000:.0f} ms")

@@ -1,0 +1,114 @@
+"""Throughput on one generated journal: three baselines and `crashdoc diagnose` end to end.
+
+(a) floor, (b) default iteration, (c) `journalctl -o json` into Python: bench/readers.py, each in
+a fresh process. (d) the real CLI, `crashdoc diagnose --file ... --json`, timed as a whole process
+(interpreter start-up, library load and output included; the baselines get only their read loop,
+so the comparison leans against crashdoc). Cases run interleaved, round after round; medians.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import resource
+import subprocess
+import time
+from collections import Counter
+
+from bench.common import CRASHDOC, PYTHON, ROOT, Results, fmt_rate, library_folders, log, median
+from bench.journal_gen import JournalSet
+
+CASES = ("floor", "default", "json", "crashdoc")
+LABELS = {
+    "floor": "(a) floor: _next() + _get() x3",
+    "default": "(b) systemd-python `for e in Reader`",
+    "json": "(c) journalctl -o json | json.loads",
+    "crashdoc": "(d) crashdoc diagnose --file (CLI)",
+}
+
+
+def _env() -> dict[str, str]:
+    env = dict(os.environ)
+    env["PYTHONPATH"] = f"{ROOT}:{ROOT / 'src'}" + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    return env
+
+
+def run_reader(case: str, files: list[str]) -> tuple[int, float]:
+    out = subprocess.run([PYTHON, "-m", "bench.readers", case, *files], capture_output=True, text=True,
+                         check=True, env=_env(), cwd=ROOT)
+    doc = json.loads(out.stdout)
+    return int(doc["entries"]), float(doc["seconds"])
+
+
+def diagnose_argv(files: list[str], signatures: list[str]) -> list[str]:
+    argv = [*CRASHDOC, "diagnose", "--json"]
+    for folder in signatures:
+        argv += ["--signatures", folder]
+    for f in files:
+        argv += ["--file", f]
+    return argv
+
+
+def run_crashdoc(files: list[str], signatures: list[str]) -> tuple[float, float, list[dict]]:
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    started = time.perf_counter()
+    out = subprocess.run(diagnose_argv(files, signatures), capture_output=True, text=True, env=_env(), cwd=ROOT)
+    seconds = time.perf_counter() - started
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    if out.returncode != 0:
+        raise RuntimeError(f"crashdoc diagnose failed ({out.returncode}): {out.stderr[-2000:]}")
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    return seconds, cpu, json.loads(out.stdout)["diagnoses"]
+
+
+def run(js: JournalSet, results: Results, rounds: int = 2, cases: tuple[str, ...] = CASES,
+        warm: bool = True) -> dict[str, float]:
+    files = [str(f) for f in js.files]
+    entries = int(js.meta["entries"])
+    folders, note = library_folders()
+    signatures = [str(f) for f in folders] if note else []
+    if note:
+        results.notes.append(note)
+    times: dict[str, list[float]] = {c: [] for c in cases}
+    diagnoses: list[dict] = []
+    cpu: list[float] = []
+    for c in ("floor", "crashdoc") if warm else ():  # warm the page cache
+        if c in cases:
+            (run_reader(c, files) if c != "crashdoc" else run_crashdoc(files, signatures))
+    for r in range(rounds):
+        for case in cases:
+            if case == "crashdoc":
+                seconds, used, diagnoses = run_crashdoc(files, signatures)
+                cpu.append(used)
+            else:
+                n, seconds = run_reader(case, files)
+                if n != entries:
+                    raise RuntimeError(f"{case} read {n} entries, the journal has {entries}")
+            times[case].append(seconds)
+            log(f"  round {r + 1}/{rounds} {case}: {seconds:.2f} s ({entries / seconds:,.0f} entries/s)")
+    rate = {c: entries / median(t) for c, t in times.items()}
+    crashed = Counter(c["unit"] for c in js.meta["crashes"])  # type: ignore[union-attr]
+    found = ", ".join(f"{d['unit'].split('.')[0]}: {d['signature'] or 'unknown'} x{d['crashes']}" for d in diagnoses)
+    results.raw["throughput"] = {"entries": entries, "files": len(files), "seconds": times, "rate": rate,
+                                 "crashdoc_cpu": cpu, "diagnoses": diagnoses, "crashes_injected": dict(crashed)}
+    base = rate.get("floor")
+    for case in cases:
+        ratio = f"{rate[case] / base:.2f} x (a)" if base else ""
+        row = results.add("throughput", LABELS[case], f"{fmt_rate(rate[case])} ({median(times[case]):.1f} s)", ratio)
+        if case == "crashdoc":
+            row.target = ">= 0.6 x (a)"
+            row.ok = bool(base) and rate[case] >= 0.6 * base
+            extra = []
+            for other, letter, want in (("default", "b", 3.0), ("json", "c", 6.0)):
+                if other in rate:
+                    got = rate[case] / rate[other]
+                    extra.append(f"{got:.1f} x ({letter}) (target >= {want:.0f}: {'yes' if got >= want else 'NO'})")
+            row.note = "; ".join(extra)
+    if "crashdoc" in cases:
+        results.add("throughput", "(d) did the work", f"{len(diagnoses)} diagnoses",
+                    note=f"{sum(crashed.values())} crashes injected in {len(crashed)} units; found: {found[:300]}")
+    results.notes.append(
+        f"throughput: {entries:,} entries in {len(files)} journal files ({js.meta.get('bytes', 0) / 1e6:.0f} MB), "
+        f"{rounds} interleaved round(s), medians; (d) is a whole CLI process, the baselines only their read loop."
+    )
+    return rate
