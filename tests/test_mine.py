@@ -140,9 +140,13 @@ def test_every_form_is_rebuilt(report):
 
 def test_patterns_say_what_varies(report):
     c = by_source(report)
+    # the last hole is greedy (a lazy one would stop inside "0.8." or capture one character)
     assert c["srt/arg_groups/hicache_hook.py:12"].pattern == (
-        r"--hicache-host-memory-mode (?P<hicache_host_memory_mode>.+?) requires a host pool size: "
+        r"--hicache-host-memory-mode (?P<hicache_host_memory_mode>.+) requires a host pool size: "
         r"pass --hicache-size or --hicache-ratio\."
+    )
+    assert c["srt/arg_groups/pd_disaggregation_hook.py:23"].pattern.startswith(
+        r"--dp-size (?P<dp_size>.+?) with --attn-dp-size (?P<attn_dp_size>.+): "
     )
     # a hole that ends the message is greedy (a lazy one would capture one character), and text
     # that is appended only sometimes is optional
@@ -154,7 +158,7 @@ def test_patterns_say_what_varies(report):
     assert humming.startswith(r"(?:Humming quantization requires `humming-kernels`\.")
     assert humming.endswith(r"|Failed to import Humming quantization dependencies from `humming-kernels`: (?P<err>.+))")
     # the imported part is a hole without a capture name: nothing to name it after
-    assert c["srt/managers/scheduler.py:15"].pattern.startswith(".+?--speculative-algorithm")
+    assert c["srt/managers/scheduler.py:15"].pattern.startswith(".+--speculative-algorithm")
     assert c["srt/arg_groups/pd_disaggregation_hook.py:23"].captures == {"dp_size": "8", "attn_dp_size": "8"}
 
 
@@ -212,6 +216,16 @@ def test_generated_examples_match_generated_patterns(parts):
     m = re2.compile(pattern).search(example)
     assert m is not None, (pattern, example)
     assert set(m.groupdict()) == set(captures)  # every named hole is a capture, named once
+
+
+def test_trailing_newlines_move_into_the_optional_piece_that_follows():
+    # `msg = "a\n"; msg += "b\n"`: a traceback shows "a\nb" or "a", never the final newline
+    template = Template(("Command: x\n", Hole("msg += ...", choices=(("stderr:\n", Hole("err", "err"), "\n"),),
+                                               optional=True))).stripped()
+    pattern, example, captures = pattern_and_example(template)
+    assert pattern == r"Command: x(?:\nstderr:\n(?P<err>.+))?"
+    assert example == "Command: x\nstderr:\nx" and captures == {"err": "x"}
+    assert re2.search(pattern, "Command: x").group(0) == "Command: x"
 
 
 def test_ids_are_stable_and_short():

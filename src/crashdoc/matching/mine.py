@@ -17,6 +17,7 @@ from __future__ import annotations
 import ast
 import bisect
 import builtins
+import dataclasses
 import gc
 import hashlib
 import importlib.util
@@ -117,17 +118,52 @@ class Template:
         return _gaps(self.parts)
 
     def stripped(self) -> Template:
-        """Without surrounding whitespace: the traceback line does not keep it."""
-        parts = list(self.parts)
+        """Without surrounding whitespace: a traceback does not show it (trailing blank lines are dropped)."""
+        parts = _rstrip_end(self.parts)
         while parts and isinstance(parts[0], str) and not parts[0].strip():
             parts.pop(0)
-        while parts and isinstance(parts[-1], str) and not parts[-1].strip():
-            parts.pop()
         if parts and isinstance(parts[0], str):
             parts[0] = parts[0].lstrip()
-        if parts and isinstance(parts[-1], str):
-            parts[-1] = parts[-1].rstrip()
         return Template(tuple(parts))
+
+
+def _rstrip_end(parts: Sequence[Part]) -> list[Part]:
+    """Strip the end of the text, and of every optional piece that may end it.
+
+    The whitespace that separated a piece from an optional one after it moves into that
+    optional piece, so `"a\n" [+= "b\n"]` becomes `"a" ["\nb"]`: same text when the piece is
+    there, no dangling newline when it is not.
+    """
+    out = list(parts)
+    follow: int | None = None  # the optional piece just after the current position
+    i = len(out) - 1
+    while i >= 0:
+        part = out[i]
+        if isinstance(part, str):
+            kept = part.rstrip()
+            if follow is not None and len(kept) < len(part):
+                out[follow] = _prefixed(out[follow], part[len(kept) :])
+            out[i] = kept
+            if kept:
+                break
+        elif part.choices:
+            tail = part.choices[0][-1] if part.choices[0] else ""
+            space = tail[len(tail.rstrip()) :] if isinstance(tail, str) else ""
+            out[i] = dataclasses.replace(part, choices=tuple(tuple(_rstrip_end(c)) for c in part.choices))
+            if not part.optional:
+                break
+            if follow is not None and space:
+                out[follow] = _prefixed(out[follow], space)
+            follow = i
+        else:
+            break
+        i -= 1
+    return _merge(out)
+
+
+def _prefixed(part: Part, text: str) -> Part:
+    assert isinstance(part, Hole)
+    return dataclasses.replace(part, choices=tuple(tuple(_merge([text, *c])) for c in part.choices))
 
 
 def _literal(parts: Iterable[Part]) -> str:
@@ -1077,8 +1113,9 @@ class Candidate:
 def pattern_and_example(template: Template) -> tuple[str, str, dict[str, str]]:
     """(RE2 pattern, example message, capture -> value) for one template.
 
-    Holes are non-greedy captures named after the expression; a hole that ends the message
-    is greedy, because a non-greedy one there would capture a single character. Text that the
+    Holes are non-greedy captures named after the expression, except the last one, which is
+    greedy: a lazy hole at the end would capture a single character, and one before a final
+    "." would stop inside "0.8". Text that the
     log pipeline cleans (ANSI escapes, tabs) is cleaned first, so the pattern matches the journal.
     Branches become alternatives and appended text an optional group; the example takes the
     first branch and every appended piece.
@@ -1092,7 +1129,8 @@ def _emit(parts: Sequence[Part], at_end: bool, expected: dict[str, str], taken: 
     pattern: list[str] = []
     example: list[str] = []
     for index, part in enumerate(parts):
-        last = at_end and all(isinstance(p, Hole) and p.optional for p in parts[index + 1 :])
+        # the last hole is greedy: lazy, it would stop at the first "." of "0.8." or capture one character
+        last = at_end and all(isinstance(p, str) or p.optional for p in parts[index + 1 :])
         if isinstance(part, str):
             text = clean(part)
             pattern.append(_escape(text))
@@ -1360,6 +1398,13 @@ class MineReport:
             row[c.statement.kind] += 1
         return dict(sorted(table.items(), key=lambda kv: -sum(kv[1].values())))
 
+    def same_message(self) -> dict[str, list[Candidate]]:
+        """Candidate id -> the other candidates raising the same exception with the same message."""
+        groups: dict[tuple[str, str], list[Candidate]] = {}
+        for c in self.candidates:
+            groups.setdefault((c.statement.exception.rsplit(".", 1)[-1], c.pattern), []).append(c)
+        return {c.id: [o for o in group if o is not c] for group in groups.values() if len(group) > 1 for c in group}
+
     def top_unmatched_files(self, limit: int = 10) -> list[tuple[str, int]]:
         return Counter(c.statement.path for c in self.unmatched).most_common(limit)
 
@@ -1411,8 +1456,12 @@ def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
 _Dumper.add_representer(str, _str_representer)
 
 
-def candidate_entry(candidate: Candidate, version: str) -> dict[str, Any]:
-    """One signature, valid for the schema, with everything a reviewer must decide marked TODO(review)."""
+def candidate_entry(candidate: Candidate, version: str, same: Sequence[Candidate] = ()) -> dict[str, Any]:
+    """One signature, valid for the schema, with everything a reviewer must decide marked TODO(review).
+
+    `same` are the other statements that raise the same message: the frame where it is raised
+    then tells them apart (when the file or function differs), and the runbook lists them.
+    """
     st = candidate.statement
     preview = re.sub(r"\s+", " ", candidate.message).strip()
     title = f"{st.exception.rsplit('.', 1)[-1]}: {preview}"
@@ -1425,8 +1474,9 @@ def candidate_entry(candidate: Candidate, version: str) -> dict[str, Any]:
         "## Why it happens\n"
         f"{_TODO}: SGLang raises this {st.printed_type} at `{st.source}` (in `{st.function}`); "
         f"the message names {flag_text}.\n"
-        f"Template: `{st.template.display.strip()[:400]}`\n\n"
-        "## How to confirm\n"
+        f"Template: `{st.template.display.strip()[:400]}`\n"
+        + (f"The same message is raised at {', '.join(f'`{o.statement.source}`' for o in same)}.\n" if same else "")
+        + "\n## How to confirm\n"
         f"`journalctl -u UNIT -g '{grep}'`\n\n"
         "## Safe fix\n"
         f"{_TODO}: which flag to change, and to what.\n\n"
@@ -1444,6 +1494,8 @@ def candidate_entry(candidate: Candidate, version: str) -> dict[str, Any]:
         entry["sglang"] = version
     entry["source"] = st.source
     entry["match"] = {"exception": [st.exception.rsplit(".", 1)[-1]], "message": candidate.pattern}
+    if same and all((o.statement.path, o.statement.function) != (st.path, st.function) for o in same):
+        entry["match"]["frame"] = _escape(f"{st.path}:{st.function}") + "$"
     if flags:
         entry["flags"] = flags
     entry["fix"] = {"summary": f"{_TODO}: " + (f"change {', '.join(flags)}" if flags else "say what to change")}
@@ -1459,7 +1511,7 @@ def _grep_fragment(template: Template) -> str:
     """The longest single-line literal piece of the message: what to grep the journal for."""
     pieces = [seg.strip() for p in template.parts if isinstance(p, str) for seg in p.split("\n")]
     best = max(pieces, key=len, default="")[:80]
-    return best.replace("'", ".")
+    return _escape(best).replace("'", ".")
 
 
 def write_candidates(report: MineReport, out: Path) -> list[Path]:
@@ -1469,6 +1521,7 @@ def write_candidates(report: MineReport, out: Path) -> list[Path]:
     for c in report.candidates:
         if not c.problem:
             grouped.setdefault(c.category, []).append(c)
+    same = report.same_message()
     written: list[Path] = []
     for category, candidates in sorted(grouped.items()):
         path = out / f"{category}.yaml"
@@ -1478,7 +1531,7 @@ def write_candidates(report: MineReport, out: Path) -> list[Path]:
             "# Unreviewed: every TODO(review) needs a human; a shipped signature needs a real fix and a near-miss.\n"
         )
         body = yaml.dump(
-            {"signatures": [candidate_entry(c, report.version) for c in candidates]},
+            {"signatures": [candidate_entry(c, report.version, same.get(c.id, ())) for c in candidates]},
             Dumper=_Dumper,
             sort_keys=False,
             allow_unicode=True,
@@ -1523,6 +1576,7 @@ def report_json(report: MineReport) -> dict[str, Any]:
             {"source": f.source, "reason": f.reason, "names_flag": f.names_flag, "mined": f.mined}
             for f in report.failures
         ],
+        "same_message": {k: [o.id for o in v] for k, v in sorted(report.same_message().items())},
         "parse_errors": [{"file": p, "error": e} for p, e in report.parse_errors],
         "example_problems": [{"id": c.id, "problem": c.problem} for c in report.candidates if c.problem],
         "matches": [{"id": k, "signature": v} for k, v in sorted(report.matched.items())],
@@ -1557,6 +1611,10 @@ def report_text(report: MineReport) -> str:
         lines.append(f"  {'mined' if f.mined else 'missed'}: {f.source}: {f.reason}")
     if report.parse_errors:
         lines.append(f"files that do not parse: {len(report.parse_errors)}")
+    same = report.same_message()
+    if same:
+        groups = {frozenset([c, *(o.id for o in others)]) for c, others in same.items()}
+        lines.append(f"same message raised in several places: {len(same)} statements, {len(groups)} messages")
     problems = [c for c in report.candidates if c.problem]
     if problems:
         lines.append(f"examples that do not match their own pattern: {len(problems)}")
