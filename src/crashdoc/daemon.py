@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 import time
+import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -187,24 +188,12 @@ class Daemon:
         try:
             self._drain()
             while not self._stop:
-                timeout = BUSY_TIMEOUT if time.monotonic() < self._busy_until else IDLE_TIMEOUT
-                for key, _ in sel.select(timeout):
-                    if key.data == "wake":
-                        try:
-                            os.read(wake_r, 4096)
-                        except BlockingIOError:
-                            pass
-                    elif key.data == "journal":
-                        self.source.process()
-                    elif key.data == "dbus":
-                        self._dbus_ready()
-                if self._reload_requested:
-                    self._reload_requested = False
-                    self._reload()
-                self._apply_file_events()
-                self._drain()
-                self._tick()
-                dbus_fd = self._register_dbus(sel, dbus_fd)
+                try:
+                    dbus_fd = self._iteration(sel, wake_r, dbus_fd)
+                except Exception as exc:  # a bug must not take the on-call tool down with it
+                    self.health.loop_errors += 1
+                    log(f"internal error, continuing: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+                    time.sleep(min(5.0, 0.1 * self.health.loop_errors))  # never spin on a repeating error
                 self.notify("WATCHDOG=1")
         finally:
             self.notify("STOPPING=1")
@@ -219,6 +208,27 @@ class Daemon:
             os.close(wake_r)
             os.close(self._wake_w)
         return 0
+
+    def _iteration(self, sel: selectors.BaseSelector, wake_r: int, dbus_fd: int | None) -> int | None:
+        """One turn of the loop: wait for the journal, D-Bus or a wake-up, then catch up."""
+        timeout = BUSY_TIMEOUT if time.monotonic() < self._busy_until else IDLE_TIMEOUT
+        for key, _ in sel.select(timeout):
+            if key.data == "wake":
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            elif key.data == "journal":
+                self.source.process()
+            elif key.data == "dbus":
+                self._dbus_ready()
+        if self._reload_requested:
+            self._reload_requested = False
+            self._reload()
+        self._apply_file_events()
+        self._drain()
+        self._tick()
+        return self._register_dbus(sel, dbus_fd)
 
     def request_stop(self) -> None:
         self._stop = True

@@ -58,7 +58,8 @@ class _Pending:
     exc_type: str = ""
     exc_line: str = ""
     message: list[str] = field(default_factory=list)
-    phase: str = "frames"  # frames | message | gap
+    phase: str = "frames"  # frames | message | end (a blank line after a wrapped record) | gap
+    blank_lines: int = 0
     text: list[str] = field(default_factory=list)
     text_chars: int = 0
     truncated: bool = False
@@ -192,18 +193,36 @@ class TracebackAssembler:
                 state.phase = "gap"
                 self._append_text(state, text)
                 return []
-            if body.startswith(_HEADER_STARTS) or (state.wrapper and body.strip() == ""):
+            if body.startswith(_HEADER_STARTS):
                 done = self._finish(self._pending.pop(key))
-                if body.strip():
-                    self._previous[key] = body
-                    self.consumed = False
+                self._previous[key] = body
+                self.consumed = False
                 return [done] if done is not None else []
+            if state.wrapper and body.strip() == "":
+                # SGLang's record ends with a newline; a chained exception or more message may still follow
+                state.phase = "end"
+                state.blank_lines += 1
+                return []
             if len(state.message) < self.limits.max_message_lines:
                 state.message.append(body)
                 self._append_text(state, text)
             else:
                 state.truncated = True
             return []
+        if state.phase == "end":
+            if body.strip() == "":
+                state.blank_lines += 1
+                return []
+            if body in CHAIN_MARKERS:
+                self._close_exception(state)
+                state.phase = "gap"
+                self._append_text(state, text)
+                return []
+            # the message had a blank line in it: carry on with it
+            state.message.extend([""] * state.blank_lines)
+            state.blank_lines = 0
+            state.phase = "message"
+            return self._continue(state, key, line, text)
         # gap between chained exceptions: blank lines, then the next Traceback
         if body.strip() == "":
             return []
@@ -248,7 +267,7 @@ class TracebackAssembler:
         state.phase = "message"
 
     def _close_exception(self, state: _Pending) -> None:
-        if state.phase != "message":
+        if state.phase not in ("message", "end"):
             return
         lines = state.message
         while len(lines) > 1 and not lines[-1].strip():

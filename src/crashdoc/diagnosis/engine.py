@@ -134,8 +134,9 @@ class Engine:
             if marker.kind == "server-args":
                 inv.server_flags = parse_server_args(line.text)
                 inv.sglang = rec.sglang = True
+                inv.add_marker(marker)
+                return  # a very long line that no line signature is about
             inv.add_marker(marker)
-            return
         matcher = self.matcher
         if matcher.has_line_signatures:
             match = matcher.match_line(line.text)

@@ -27,6 +27,7 @@ _CONSEQUENCE_MESSAGES = (
     re.compile(r"^Initialization failed\. Please see the error messages above"),
 )
 _TEARDOWN_FRAMES = "multiprocessing/resource_tracker.py"
+_THREAD_HEADER = "Exception in thread"
 _EMBEDDED_ERROR = re.compile(r"^\s*(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?:\(|: )")
 
 
@@ -88,6 +89,8 @@ def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | Non
     ]
     if not candidates and not inv.oom_killed:
         candidates = list(inv.tracebacks)  # "Rank 0 scheduler died" is all there is: better than nothing
+    # an exception in a thread does not end the process: it explains a crash only when nothing else does
+    candidates = [tb for tb in candidates if not tb.header.startswith(_THREAD_HEADER)] or candidates
     if candidates:
         last = max(tb.timestamp for tb in candidates)
         if last:

@@ -57,6 +57,7 @@ class Health:
     journal_records_written: int = 0
     journal_record_errors: int = 0
     started_at: float = 0.0
+    loop_errors: int = 0  # unexpected errors the daemon survived
     diagnosis_latency: LatencyHistogram = field(default_factory=LatencyHistogram)  # crash -> diagnosis
 
 
@@ -195,6 +196,9 @@ class CrashdocCollector(Collector):
             value=h.journal_records_written,
         )
         yield GaugeMetricFamily("crashdoc_start_time_seconds", "when this crashdoc started", value=h.started_at)
+        yield CounterMetricFamily(
+            "crashdoc_internal_errors", "unexpected errors the daemon survived", value=h.loop_errors
+        )
         latency = HistogramMetricFamily(
             "crashdoc_time_to_diagnosis_seconds", "from a crash's last log line to its diagnosis"
         )

@@ -9,6 +9,7 @@ alone, and reconnects with backoff.
 
 from __future__ import annotations
 
+import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -137,9 +138,14 @@ class UnitWatcher:
         if self.bus is None:
             return None
         try:
-            return int(self.bus.get_fd())  # type: ignore[attr-defined]
-        except Exception:
+            fd = int(self.bus.get_fd())  # type: ignore[attr-defined]
+        except Exception as exc:
+            self._lost(exc)
             return None
+        if fd < 0:  # sd-bus answers -errno once the connection is gone (-107: ENOTCONN)
+            self._lost(OSError(-fd, os.strerror(-fd)))
+            return None
+        return fd
 
     # --- discovery and state -------------------------------------------------------------
 
