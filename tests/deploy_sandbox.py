@@ -151,14 +151,15 @@ class CrashdocUnit(Crashdoc):
 
 def install_crashdoc_unit(sandbox: PrivateSystemd, workdir: Path, config: str, *, port: int | None = None,
                           ) -> tuple[CrashdocUnit, str]:
-    """Install the shipped unit (ExecStart rewritten) with `config` (`{listen}` is filled in); not started.
+    """Install the shipped unit (ExecStart rewritten) with `config` (`{listen}`, `{port}` are filled in);
+    not started.
 
     Returns the handle and the unit text as installed.
     """
     port = port or free_port()
     crashdoc = unprivileged_crashdoc(workdir)
     config_path = workdir / "crashdoc.yaml"
-    config_path.write_text(config.format(listen=f"127.0.0.1:{port}"))
+    config_path.write_text(config.format(listen=f"127.0.0.1:{port}", port=port))
     config_path.chmod(0o644)
     prepare_host_view(sandbox)
     text = installed_unit_text(crashdoc, config_path)

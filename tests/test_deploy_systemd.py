@@ -12,6 +12,7 @@ from __future__ import annotations
 import difflib
 import re
 import shutil
+import socket
 import subprocess
 import time
 from collections.abc import Iterator
@@ -39,7 +40,7 @@ units:
     role: prefill
   - name: sglang-decode.service
     role: decode
-listen: "{listen}"
+listen: "0.0.0.0:{port}"
 """
 # where a process may write even under ProtectSystem=strict: kernel interfaces, not files
 API_FILESYSTEMS = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "bpf", "debugfs", "tracefs",
@@ -72,6 +73,20 @@ def test_unit_needs_no_root_and_no_dynamic_user() -> None:
     assert unit_property(text, "User") == ["crashdoc"]
     assert not unit_property(text, "DynamicUser")
     assert "systemd-journal" in " ".join(unit_property(text, "SupplementaryGroups"))
+
+
+def host_address() -> str | None:
+    """A non-loopback address of this machine (the sandbox shares its network), if it has one."""
+    r = subprocess.run(["hostname", "-I"], capture_output=True, text=True)
+    return next((a for a in r.stdout.split() if "." in a and not a.startswith("127.")), None)
+
+
+def connects(address: str, port: int) -> bool:
+    try:
+        socket.create_connection((address, port), timeout=2).close()
+        return True
+    except OSError:
+        return False
 
 
 @pytest.fixture
@@ -142,6 +157,18 @@ def test_crashdoc_runs_from_the_shipped_unit(deploy_dir: Path, sandbox_factory) 
     assert str(deploy_dir / "sglang-prefill.sh") in d["fix"]["diff"], "the launch script was not readable"
     records = journal_json(sandbox, "MESSAGE_ID=e5f9680e52774903bd4465732f57a1a4")  # loop started
     assert [(r.get("CRASHDOC_UNIT"), r.get("_UID")) for r in records] == [(PREFILL_UNIT, uid)]
+
+    # IPAddressAllow=localhost: listening on 0.0.0.0, crashdoc is still unreachable from another address
+    address = host_address()
+    if address is not None:
+        with socket.create_server(("0.0.0.0", 0)) as control:  # the same path works for anyone else
+            assert connects(address, control.getsockname()[1])
+        assert not connects(address, cd.port), f"crashdoc answered on {address}: the IP allow-list is not enforced"
+
+    # ExecReload: SIGHUP reloads the signature library
+    reloads = metrics[("crashdoc_signature_reloads_total", ())]
+    sandbox.systemctl("reload", UNIT, check=True)
+    wait_for(lambda: (cd.metric("crashdoc_signature_reloads_total") or 0) > reloads, 30, "the reload", cd)
 
     # the watchdog stays fed for longer than WatchdogSec
     wait_for(lambda: time.monotonic() > active_at + watchdog + 3, watchdog + 10, "WatchdogSec to pass", cd,
