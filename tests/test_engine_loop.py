@@ -244,3 +244,23 @@ def test_line_level_failures_are_counted_without_a_crash() -> None:
     h.engine.finish()
     [d] = h.engine.diagnoses()
     assert d.signature == "test-kv-transfer-failed" and d.severity == "warning" and d.crashes == 3
+
+
+def test_an_unknown_error_is_one_group_across_restarts_pids_and_ranks() -> None:
+    h = Host()
+    for run in range(3):
+        h.start()
+        lines = []
+        for rank in range(2):  # both ranks raise it, with their own GPU number and a pointer in the message
+            head = f"[2026-05-01 12:00:0{run} TP{rank}] Scheduler hit an exception: "
+            lines += [head + "Traceback (most recent call last):",
+                      '  File "/x/sglang/srt/layers/moe/fused_moe.py", line 88, in forward',
+                      f"SomeNewError: launch failed on GPU {rank} at 0x7f{run}a{rank}0 after {run * 7 + 3} tries",
+                      ""]
+        h.crash(lines)
+    rec = h.rec
+    assert rec.crashes_by_signature == {"unknown": 3}
+    [d] = h.engine.diagnoses()
+    assert d.signature is None and d.crashes == 3 and len(d.fingerprint) == 16
+    assert d.category == "other" and d.root_cause.type == "SomeNewError"
+    assert d.confidence < 1.0, "an unknown error is what raised, not surely the cause"
