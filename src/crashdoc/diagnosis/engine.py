@@ -388,9 +388,10 @@ class Engine:
         inv.add_traceback(tb)
 
     def _flags(self, rec: UnitRecord, inv: Invocation) -> dict[str, str]:
-        """The run's SGLang flags: its command line (script included) over SGLang's own server_args line."""
+        """The run's SGLang flags: its command line (script included, as read when the run began) over
+        SGLang's own server_args line."""
         flags = dict(inv.server_flags)
-        flags.update(self.builder.flags_of(inv.cmdline))
+        flags.update(inv.flags if inv.flags is not None else self.builder.flags_of(inv.cmdline))
         return flags
 
     def _facts(self, rec: UnitRecord, inv: Invocation) -> Facts:
@@ -489,7 +490,6 @@ class Engine:
             n_restarts=rec.n_restarts,
             facts=facts,
             cmdline=cmdline,
-            last_good_cmdline=rec.last_good.cmdline if rec.last_good is not None else (),
             invocation=inv,
             state=rec.state,
             config_change=change,

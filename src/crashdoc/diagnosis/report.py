@@ -32,7 +32,6 @@ class UnitContext:
     n_restarts: int | None = None
     facts: Facts = field(default_factory=Facts)
     cmdline: tuple[str, ...] = ()
-    last_good_cmdline: tuple[str, ...] = ()
     invocation: Invocation | None = None
     state: UnitState | None = None
     safety: str | None = None  # the signature's `fix.safety` check, set while its fix is synthesized
