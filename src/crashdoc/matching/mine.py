@@ -703,17 +703,21 @@ def _hot_lines(text: str, lines: list[str]) -> set[int]:
 
 
 def _starts(lines: list[str], indent: str, first: int, last: int) -> list[int]:
-    """The lines in [first, last) where a statement at exactly `indent` begins."""
-    text = "\n".join(lines[first:last])
+    """The lines in [first, last) where a statement at exactly `indent` begins.
+
+    A regex with a literal head ("\\n" + indent) finds the candidates in C; lines are then
+    counted between matches.
+    """
+    text = "\n" + "\n".join(lines[first:last])
     pattern = re.compile(
-        "^" + re.escape(indent) + r"(?=[^\s#)\]}])(?!(?:else|elif|except|finally)\b)(@?)", re.M
+        "\n" + re.escape(indent) + r"(?=[^\s#)\]}])(?!(?:else|elif|except|finally)\b)(@?)"
     )
     starts: list[int] = []
-    line, pos = first, 0
+    line, pos = first - 1, 0
     after_decorator = False
     for m in pattern.finditer(text):
-        line += text.count("\n", pos, m.start())
-        pos = m.start()
+        line += text.count("\n", pos, m.start() + 1)
+        pos = m.start() + 1
         if not after_decorator:
             starts.append(line)
         after_decorator = bool(m.group(1))
@@ -822,9 +826,14 @@ def _has_hot(hot: list[int], first: int, last: int) -> bool:
 
 
 def _is_hot(lines: list[str], first: int, last: int, hot: list[int], used: re.Pattern[str] | None) -> bool:
-    if _has_hot(hot, first, last):
-        return True
-    return used is not None and used.search("\n".join(lines[first:last])) is not None
+    """Whether a definition can hold a mined statement: it names a flag (or a constant that does)
+    and it raises or asserts at all."""
+    if not _has_hot(hot, first, last) and used is None:
+        return False
+    text = "\n".join(lines[first:last])
+    if "raise" not in text and "assert" not in text:
+        return False
+    return _has_hot(hot, first, last) or (used is not None and used.search(text) is not None)
 
 
 def _header_end(lines: list[str], head: int, last: int) -> int:
