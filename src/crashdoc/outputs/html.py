@@ -1,17 +1,24 @@
 """The on-call pages: a unit's diagnosis and a signature's runbook, as plain HTML.
 
-Everything that came from a log is escaped and redacted; the Markdown of runbooks is
-rendered by a deliberately small converter (headings, paragraphs, lists, code) that escapes
-first and only then adds tags, so no input can inject markup.
+Everything that came from a log is cleaned (ANSI escapes and control characters dropped: they hide
+text or break the page), redacted and only then escaped; the Markdown of runbooks is rendered by a
+deliberately small converter (headings, paragraphs, lists, code) that escapes first and only then adds
+tags, so no input can inject markup. Links are relative and percent-encoded, so the pages also work
+behind a reverse proxy that serves them under a path prefix.
 """
 
 from __future__ import annotations
 
 import html
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable
+from urllib.parse import quote
 
+from crashdoc.assembly.logline import clean
+from crashdoc.diagnosis.engine import UnitRecord
+from crashdoc.diagnosis.fix import describe
 from crashdoc.events import Diagnosis
+from crashdoc.matching.library import Signature
 from crashdoc.outputs.redact import redact
 
 _STYLE = """
@@ -22,8 +29,17 @@ td,th{padding:.2em .8em;text-align:left;border-bottom:1px solid #ddd}.add{color:
 """
 
 
+_BIDI = re.compile("[\u202a-\u202e\u2066-\u2069]")  # direction overrides make text read other than it is
+
+
 def esc(text: object) -> str:
-    return html.escape(redact(str(text)), quote=True)
+    """Text from anywhere (logs above all) made safe for HTML: cleaned, redacted, escaped (quotes too)."""
+    return html.escape(redact(_BIDI.sub("", clean(str(text)))), quote=True)
+
+
+def href(*parts: str) -> str:
+    """A relative link with each path part percent-encoded (unit names hold `@`, `\\`, quotes...)."""
+    return esc("/".join(quote(p, safe="") for p in parts))
 
 
 def page(title: str, body: str) -> bytes:
@@ -32,7 +48,7 @@ def page(title: str, body: str) -> bytes:
         f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>{body}"
         "<p class='meta'>crashdoc &mdash; it never changes anything itself; apply fixes by hand.</p></body></html>"
     )
-    return doc.encode("utf-8")
+    return doc.encode("utf-8", "replace")
 
 
 def markdown(text: str) -> str:
@@ -96,6 +112,7 @@ def _inline(text: str) -> str:
 
 
 def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
+    """One diagnosis: what, why, the exact fix with its diff and commands, the evidence."""
     parts = [
         f"<h2>{esc(d.title)}</h2>",
         "<table>",
@@ -107,7 +124,7 @@ def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
         f"<tr><th>exit</th><td>{esc(d.exit or '')}</td></tr>",
         f"<tr><th>fingerprint</th><td><code>{esc(d.fingerprint)}</code></td></tr>",
         "</table>",
-        f"<h3>Root cause</h3><pre>{esc(d.root_cause.line)}</pre>",
+        f"<h3>Root cause</h3><pre>{esc(d.root_cause.line or d.root_cause.message)}</pre>",
         f"<h3>Fix</h3><p>{_inline(d.fix.summary)}</p>",
     ]
     for warning in d.fix.warnings:
@@ -117,13 +134,13 @@ def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
     if d.fix.diff:
         parts.append("<p>Change to make:</p><pre>" + _diff(d.fix.diff) + "</pre>")
     if d.fix.apply:
-        parts.append("<p>To apply:</p><pre>" + esc("\n".join(d.fix.apply)) + "</pre>")
+        parts.append("<p>To apply (crashdoc changes nothing itself):</p><pre>" + esc("\n".join(d.fix.apply)) + "</pre>")
     if d.fix.rollback:
         parts.append("<p>To roll back:</p><pre>" + esc("\n".join(d.fix.rollback)) + "</pre>")
     if d.evidence:
         parts.append("<h3>Evidence</h3><ul>" + "".join(f"<li>{esc(e)}</li>" for e in d.evidence) + "</ul>")
     if runbook_href:
-        parts.append(f"<p><a href='{esc(runbook_href)}'>Runbook</a></p>")
+        parts.append(f"<p><a href='{runbook_href}'>Runbook</a></p>")
     return "\n".join(parts)
 
 
@@ -139,14 +156,78 @@ def _diff(diff: str) -> str:
     return "\n".join(lines)
 
 
-def index_page(rows: Sequence[tuple[str, str, str, str]]) -> bytes:
-    """rows: (unit, state, signature, title)."""
-    body = ["<h1>crashdoc</h1><table><tr><th>unit</th><th>state</th><th>diagnosis</th></tr>"]
-    for unit, state, signature, title in rows:
-        cls = "crit" if state in ("crash-looping", "failed") else "ok"
+def _signature_header(sig: Signature) -> str:
+    flags = " ".join(f"<code>{esc(f)}</code>" for f in sig.flags) or "none"
+    return (
+        f"<p class='meta'>{esc(sig.id)} &middot; {esc(sig.category)} &middot; {esc(sig.severity)}"
+        f" &middot; flags: {flags}</p>"
+    )
+
+
+def unit_page(rec: UnitRecord, sig: Signature | None) -> bytes:
+    """`/units/<unit>`: the unit's state, its (last) diagnosis with the fix, and the runbook it points to.
+
+    `sig` is the signature of the diagnosis, None for an unknown error."""
+    d = rec.diagnosis or rec.last_diagnosis
+    body = [
+        f"<h1>{esc(rec.name)}: {esc(rec.loop.state.value)}</h1>",
+        f"<p class='meta'>NRestarts {esc(rec.n_restarts if rec.n_restarts is not None else '?')}"
+        f" &middot; restarts seen {esc(rec.restarts_total)} &middot; crashes {esc(rec.crashes_total)}</p>",
+    ]
+    if d is None:
+        body.append("<p class='ok'>No crash loop diagnosed.</p>")
+    else:
+        if rec.diagnosis is None:
+            body.append("<p class='ok'>Not crash-looping now; the last diagnosis was:</p>")
+        runbook = href("..", "runbook", d.signature) if sig is not None and d.signature else None
+        body.append(diagnosis_section(d, runbook))
+        if sig is not None:
+            body.append(f"<h2>Runbook: {esc(sig.title)}</h2>")
+            body.append(_signature_header(sig))
+            body.append(markdown(sig.runbook))
+    return page(f"{rec.name} - crashdoc", "\n".join(body))
+
+
+def runbook_page(sig: Signature, records: Iterable[UnitRecord]) -> bytes:
+    """`/runbook/<signature>`: what alerts link to. The runbook, then the latest diagnosis of every unit that
+    has (or had) this root cause, with its evidence and the exact fix for that unit."""
+    changes = "".join(f"<li><code>{esc(describe(c))}</code></li>" for c in sig.changes)
+    body = [
+        f"<h1>{esc(sig.title)}</h1>",
+        _signature_header(sig),
+        f"<h2>Fix</h2><p>{_inline(sig.fix_summary)}</p>",
+        f"<ul>{changes}</ul>" if changes else "",
+        markdown(sig.runbook),
+    ]
+    if sig.source:
+        body.append(f"<p class='meta'>Raised in SGLang {esc(sig.sglang)} <code>{esc(sig.source)}</code></p>")
+    seen = False
+    for rec in sorted(records, key=lambda r: r.name):
+        d = rec.diagnosis or rec.last_diagnosis
+        if d is None or d.signature != sig.id:
+            continue
+        seen = True
         body.append(
-            f"<tr><td><a href='/units/{esc(unit)}'>{esc(unit)}</a></td><td class='{cls}'>{esc(state)}</td>"
-            f"<td>{esc(signature)} {esc(title)}</td></tr>"
+            f"<h2>Latest on <a href='{href('..', 'units', rec.name)}'>{esc(rec.name)}</a>"
+            f" ({esc(rec.loop.state.value)})</h2>"
         )
-    body.append("</table><p><a href='/diagnoses'>/diagnoses</a> (JSON) &middot; <a href='/metrics'>/metrics</a></p>")
+        body.append(diagnosis_section(d))
+    if not seen:
+        body.append("<p class='ok'>No watched unit has this failure now.</p>")
+    return page(f"{sig.id} - crashdoc runbook", "\n".join(body))
+
+
+def index_page(records: Iterable[UnitRecord]) -> bytes:
+    """`/`: every watched unit, its state and current diagnosis."""
+    body = ["<h1>crashdoc</h1><table><tr><th>unit</th><th>state</th><th>diagnosis</th></tr>"]
+    for rec in sorted(records, key=lambda r: r.name):
+        d = rec.diagnosis
+        state = rec.loop.state.value
+        cls = "crit" if state in ("crash-looping", "failed") else "ok"
+        what = f"{esc(d.signature or 'unknown')} {esc(d.title)}" if d is not None else ""
+        body.append(
+            f"<tr><td><a href='{href('units', rec.name)}'>{esc(rec.name)}</a></td><td class='{cls}'>{esc(state)}</td>"
+            f"<td>{what}</td></tr>"
+        )
+    body.append("</table><p><a href='diagnoses'>/diagnoses</a> (JSON) &middot; <a href='metrics'>/metrics</a></p>")
     return page("crashdoc", "".join(body))

@@ -3,6 +3,10 @@
 A small threaded server from the standard library: the on-call link needs no framework.
 It reads through a `View`, which takes the daemon's lock, so pages are consistent with the
 metrics scraped at the same moment. It binds only the configured address.
+
+Pages show text that came from logs, so every response (errors included) carries a CSP that
+allows no script, no frames and no form targets, `nosniff`, no referrer and no caching; only
+GET and HEAD are served, and a client that stalls is dropped after a timeout.
 """
 
 from __future__ import annotations
@@ -14,6 +18,21 @@ from typing import Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
+
+from crashdoc.outputs.render import redact_data
+
+REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request
+SECURITY_HEADERS: tuple[tuple[str, str], ...] = (
+    (
+        "Content-Security-Policy",
+        "default-src 'none'; style-src 'unsafe-inline'; base-uri 'none'; form-action 'none'; frame-ancestors 'none'",
+    ),
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "no-referrer"),
+    ("Cache-Control", "no-store"),
+)
+TEXT = "text/plain; charset=utf-8"
 
 
 class View(Protocol):
@@ -52,6 +71,7 @@ def _handler_for(view: View) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "crashdoc"
         sys_version = ""
+        timeout = REQUEST_TIMEOUT
 
         def do_GET(self) -> None:
             url = urlsplit(self.path)
@@ -61,36 +81,50 @@ def _handler_for(view: View) -> type[BaseHTTPRequestHandler]:
                     self._send(200, CONTENT_TYPE_LATEST, view.metrics())
                 elif path == "/diagnoses":
                     unit = parse_qs(url.query).get("unit", [None])[0]
-                    self._send(200, "application/json", view.diagnoses_json(unit).encode())
+                    self._send(200, "application/json", view.diagnoses_json(unit).encode("utf-8", "replace"))
                 elif path.startswith("/units/"):
                     self._html(view.unit_page(path[len("/units/") :]))
                 elif path.startswith("/runbook/"):
                     self._html(view.runbook_page(path[len("/runbook/") :]))
                 elif path == "/healthz":
                     ok, detail = view.health()
-                    self._send(200 if ok else 503, "application/json", json.dumps(detail).encode())
+                    self._send(200 if ok else 503, "application/json", json.dumps(redact_data(detail)).encode())
                 elif path in ("/", "/index.html"):
                     self._send(200, "text/html; charset=utf-8", view.index_page())
                 else:
-                    self._send(404, "text/plain; charset=utf-8", b"not found\n")
+                    self._send(404, TEXT, b"not found\n")
             except Exception as exc:
-                self._send(500, "text/plain; charset=utf-8", f"internal error: {type(exc).__name__}\n".encode())
+                self._send(500, TEXT, f"internal error: {type(exc).__name__}\n".encode())
 
         def do_HEAD(self) -> None:
             self.do_GET()
 
+        def _not_allowed(self) -> None:
+            self._send(405, TEXT, b"only GET and HEAD\n", extra=(("Allow", "GET, HEAD"),))
+
+        do_POST = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = do_TRACE = do_CONNECT = _not_allowed
+
+        def send_error(self, code: int, message: str | None = None, explain: str | None = None) -> None:
+            """The standard library's errors (bad request line, URI too long, unknown method) as plain text
+            with the same headers, instead of its HTML page that echoes the request."""
+            self.close_connection = True
+            if self.request_version == "HTTP/0.9":  # an unparsable request line: still answer with headers
+                self.request_version = "HTTP/1.0"
+            text = f"{code} {self.responses.get(code, ('error',))[0]}\n"
+            self._send(code, TEXT, text.encode(), extra=(("Connection", "close"),))
+
         def _html(self, body: bytes | None) -> None:
             if body is None:
-                self._send(404, "text/plain; charset=utf-8", b"not found\n")
+                self._send(404, TEXT, b"not found\n")
             else:
                 self._send(200, "text/html; charset=utf-8", body)
 
-        def _send(self, status: int, content_type: str, body: bytes) -> None:
+        def _send(self, status: int, content_type: str, body: bytes, extra: tuple[tuple[str, str], ...] = ()) -> None:
             self.send_response(status)
             self.send_header("Content-Type", content_type)
             self.send_header("Content-Length", str(len(body)))
-            self.send_header("X-Content-Type-Options", "nosniff")
-            self.send_header("Content-Security-Policy", "default-src 'none'; style-src 'unsafe-inline'")
+            for name, value in (*SECURITY_HEADERS, *extra):
+                self.send_header(name, value)
             self.end_headers()
             if self.command != "HEAD":
                 self.wfile.write(body)
