@@ -10,6 +10,15 @@ dependencies nor run its code. A message template is rebuilt from the statement 
 names it uses in the same file; what cannot be rebuilt is kept as a hole and reported.
 Coverage runs each mined message through the real assembler, matcher and root-cause choice,
 so "matched" means the daemon would name a signature for that crash.
+
+What is counted (DEFINITION) and what it gives on SGLang 0.5.23: 1,182 statements, 1,012 raise
+and 170 assert. Raises naming a flag: 858, naming an SGLANG_ variable: 200 (46 name both);
+asserts: 141 and 36, as the reference AST pass counts. The reference's 1,193 also counts
+raises that name only another project's variable (MOONCAKE_PROTOCOL, ASCEND_USE_FIA...), and
+its 862 raises naming a flag are 4 more than ours. The issue's "about 770" is the narrower
+count of raises in srt/, the runtime a systemd unit serves: 783 here. 7 of them have a message
+assigned in branches or extended with `+=`, and 7 more splice text held in a local or a
+constant into an f-string hole; a pass that leaves both as holes finds 769.
 """
 
 from __future__ import annotations
@@ -66,12 +75,12 @@ _PREFILTER = re2.compile(r"--[A-Za-z0-9]|SGLANG_")  # RE2: one DFA pass over 68 
 _EXCEPTION_SUFFIXES = ("Error", "Exception", "Exit", "Interrupt", "Warning", "Failure")
 
 DEFINITION = (
-    "A mined error is a `raise X(...)` or `assert cond, msg` statement in the package whose message, "
-    "rebuilt from the statement and the names it uses in the same file, contains a command-line flag "
-    "(`--x`, lowercase, as argparse registers it) or an SGLang environment variable (`SGLANG_*`) in its literal "
-    "text. Text inside a hole (a runtime value) does not count; `raise helper(...)` and messages passed in "
-    "from elsewhere cannot be read and are listed as rebuild failures. Every statement counts once, "
-    "even when it names several flags."
+    "A mined error is one `raise X(...)` or `assert cond, msg` statement whose message, rebuilt from the "
+    "statement and the names it uses in the same file, has a command-line flag (`--x`) or an SGLang "
+    "environment variable (`SGLANG_*`) in its literal text. Text that is only known at run time (a hole) does "
+    "not count; other projects' variables (MOONCAKE_*, NCCL_*) do not count; a statement counts once however "
+    "many flags it names, and the same message raised in two places counts twice. The whole package is mined "
+    "(srt/ is the LLM runtime; multimodal_gen/, kernels/, benchmark/, test/ and cli/ are reported by folder)."
 )
 
 
@@ -1565,7 +1574,8 @@ def report_json(report: MineReport) -> dict[str, Any]:
         "library": list(report.library),
         "counts": {
             "files": report.counts["files"],
-            "files_parsed": report.counts["files_parsed"],
+            "files_read": report.counts["files_parsed"],
+            "files_parsed_whole": report.counts["files_parsed_whole"],
             "raise": report.counts["raise"],
             "raise_constructing": report.counts["raise_call"],
             "raise_by_helper": report.counts["raise_helper"],
@@ -1598,8 +1608,9 @@ def report_text(report: MineReport) -> str:
     matched = len(report.matched)
     lines = [
         f"{PACKAGE} {report.version or '(unknown version)'} at {report.source}",
-        f"files: {report.counts['files']} ({report.counts['files_parsed']} mention a flag or SGLANG_ and were parsed)",
-        f"statements in parsed files: {report.counts['raise']} raise "
+        f"files: {report.counts['files']} ({report.counts['files_parsed']} mention a flag or SGLANG_ and were read; "
+        f"{report.counts['files_parsed_whole']} had to be parsed whole)",
+        f"statements read in definitions that name a flag: {report.counts['raise']} raise "
         f"({report.counts['raise_call']} construct an exception, {report.counts['raise_helper']} via a helper), "
         f"{report.counts['assert']} assert ({report.counts['assert_message']} with a message)",
         f"mined: {total} ({report.counts['raise_mined']} raise, {report.counts['assert_mined']} assert)",
