@@ -30,6 +30,7 @@ from crashdoc.diagnosis.commandline import (
     parse_text,
     read_text_file,
 )
+from crashdoc.diagnosis.flagnames import canonical, spellings
 from crashdoc.events import Fix, FlagChange
 from crashdoc.outputs.redact import REDACTED, Redactor, is_secret_flag, redact
 
@@ -98,7 +99,7 @@ def _plan(inv: Invocation, change: FlagChange) -> tuple[list[_Op], list[str]]:
     """The word edits that make `inv` satisfy `change`, plus notes for the human."""
     flag = _normalise(change.flag)
     values = change_values(change.value)
-    occurrences = inv.occurrences(flag)
+    occurrences = inv.occurrences(*spellings(flag))
     ops: list[_Op] = []
     notes: list[str] = []
     if change.action == "replace":
@@ -106,8 +107,8 @@ def _plan(inv: Invocation, change: FlagChange) -> tuple[list[_Op], list[str]]:
         if occurrences:
             ops += _rewrite(occurrences[0], target, values)
             ops += [_drop(f) for f in occurrences[1:]]
-            if target != flag:
-                ops += [_drop(f) for f in inv.occurrences(target)]
+            if canonical(target) != canonical(flag):
+                ops += [_drop(f) for f in inv.occurrences(*spellings(target))]
         else:
             notes.append(f"{flag} is not in the command; {target} is set instead.")
             ops += _set(inv, target, values)
@@ -133,10 +134,11 @@ def _plan(inv: Invocation, change: FlagChange) -> tuple[list[_Op], list[str]]:
 
 
 def _set(inv: Invocation, flag: str, values: tuple[str, ...]) -> list[_Op]:
-    found = inv.occurrences(flag)
+    found = inv.occurrences(*spellings(flag))
     if not found:
         return [_Insert(len(inv.words) - 1, (flag, *values), group=True)]
-    return [*(_drop(f) for f in found[:-1]), *_rewrite(found[-1], flag, values)]
+    # keep the spelling the script already uses (`--tp 8` stays `--tp`)
+    return [*(_drop(f) for f in found[:-1]), *_rewrite(found[-1], found[-1].name, values)]
 
 
 def _drop(f: Flag) -> _Delete:
@@ -398,7 +400,7 @@ def _verify(inv: Invocation, changes: Sequence[FlagChange]) -> list[str]:
         elif c.action == "set":
             final[flag] = change_values(c.value)
     for flag, want in final.items():
-        got = inv.values(flag)
+        got = inv.values(*spellings(flag))
         if got != want:
             shown = "absent" if want is None else " ".join((flag, *want))
             notes.append(f"after the edit, {flag} should be {shown} but reads {got!r}: check the command.")

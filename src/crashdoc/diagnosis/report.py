@@ -12,6 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
 from crashdoc.diagnosis.configchange import ConfigChange
+from crashdoc.diagnosis.flagnames import canonical_flags
 from crashdoc.diagnosis.invocation import Invocation
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
@@ -55,7 +56,8 @@ class DiagnosisBuilder:
         self._flags_of = flags_of or _no_flags
 
     def flags_of(self, cmdline: tuple[str, ...]) -> dict[str, str]:
-        return self._flags_of(cmdline) if cmdline else {}
+        """The command's SGLang flags under their canonical names (`--tp 8` -> `--tp-size`)."""
+        return canonical_flags(self._flags_of(cmdline)) if cmdline else {}
 
     def build(
         self, finding: Finding, ctx: UnitContext, library: Library, crashes: int = 1, confidence: float = 1.0
