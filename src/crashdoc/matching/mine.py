@@ -996,7 +996,6 @@ def _statement(
         gaps = template.gaps
         if gaps or not literal.replace("\0", "").strip():
             result.counts[f"{kind}_unreadable"] += 1
-        if gaps or not literal.replace("\0", "").strip():
             reason = "; ".join(gaps) or f"the message is `{_source(arg)}`, known only at run time"
             result.failures.append(Failure(result.path, stmt.lineno, reason, rebuilder.names_flag(arg, scopes), False))
         return
@@ -1598,6 +1597,8 @@ def report_json(report: MineReport) -> dict[str, Any]:
         "same_message": {k: [o.id for o in v] for k, v in sorted(report.same_message().items())},
         "parse_errors": [{"file": p, "error": e} for p, e in report.parse_errors],
         "example_problems": [{"id": c.id, "problem": c.problem} for c in report.candidates if c.problem],
+        # `--Foo`, `--foo_bar`: named in a message but not in argparse's spelling, so not in `flags`
+        "odd_flags": [{"id": c.id, "flags": list(c.odd_flags)} for c in report.candidates if c.odd_flags],
         "matches": [{"id": k, "signature": v} for k, v in sorted(report.matched.items())],
         "unmatched_ids": [c.id for c in report.unmatched],
     }
