@@ -7,6 +7,7 @@ signature cannot see alone: another signature that claims its examples.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from crashdoc.assembly.traceback import TracebackAssembler
@@ -16,6 +17,16 @@ from crashdoc.events import Match
 from crashdoc.matching.library import Example, Library, Signature
 from crashdoc.matching.matcher import Facts, Matcher
 from crashdoc.sources.textlog import parse_text
+
+RUNBOOK_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
+    ("why it happens", ("why",)),
+    ("how to confirm", ("confirm",)),
+    ("the safe fix", ("fix",)),
+    ("how to roll back", ("roll back", "rollback", "roll-back")),
+)
+_GROUP = re.compile(r"\(\?P<(\w+)>")
+_TEMPLATE = re.compile(r"\$\{([^{}]*)\}")
+_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,7 +64,7 @@ def example_invocation(example: Example, matcher: Matcher) -> Invocation:
 def example_facts(example: Example) -> Facts:
     ctx = example.context
     return Facts(
-        flags={k: v for k, v in ctx.items() if k.startswith("--")},
+        flags={k: v for k, v in ctx.items() if k.startswith("--") or _ENV_NAME.fullmatch(k)},
         model=ctx.get("model", ""),
         disaggregation_mode=ctx.get("disaggregation_mode", ""),
         role=ctx.get("role", ""),
@@ -113,11 +124,31 @@ def test_library(library: Library, matcher: Matcher | None = None) -> tuple[int,
     return count, failures
 
 
+def lint_signature(sig: Signature) -> list[Failure]:
+    """Rules the schema cannot say: a runbook in four parts, a near-miss, templates that resolve."""
+    problems: list[Failure] = []
+    where = sig.origin
+    text = sig.runbook.lower()
+    missing = [name for name, words in RUNBOOK_SECTIONS if not any(w in text for w in words)]
+    if missing:
+        problems.append(Failure(sig.id, where, f"runbook lacks: {', '.join(missing)}"))
+    if not sig.near_misses:
+        problems.append(Failure(sig.id, where, "needs at least one no_match example (a near-miss)"))
+    groups = set(_GROUP.findall(sig.message or sig.line or ""))
+    for template in (sig.fix_summary, *(c.value or "" for c in sig.changes)):
+        for body in _TEMPLATE.findall(template):
+            source = body.split("|", 1)[0].strip()
+            if not source.startswith("flag:") and source not in groups:
+                problems.append(Failure(sig.id, where, f"template ${{{body}}} names no capture of the pattern"))
+    return problems
+
+
 def lint_library(library: Library, matcher: Matcher | None = None) -> list[Failure]:
     """Problems a single signature cannot see: others that claim its examples."""
     matcher = matcher or Matcher(library)
     problems: list[Failure] = []
     for sig in library.signatures:
+        problems.extend(lint_signature(sig))
         for example in sig.examples:
             _, everything = diagnose_example(example, matcher)
             own = max((m.score for m in everything if m.signature_id == sig.id), default=None)
