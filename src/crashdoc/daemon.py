@@ -30,6 +30,7 @@ from crashdoc.outputs import html as pages
 from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import JournalRecorder, recorded_event_ids
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
+from crashdoc.outputs.redact import redact
 from crashdoc.outputs.render import diagnoses_json
 from crashdoc.sources.cursor import CursorStore
 from crashdoc.sources.files import UnitFilesWatcher
@@ -44,7 +45,17 @@ SAVE_INTERVAL = 1.0
 
 
 def log(message: str) -> None:
-    print(f"crashdoc: {message}", file=sys.stderr, flush=True)
+    print(f"crashdoc: {redact(message)}", file=sys.stderr, flush=True)
+
+
+def stderr_is_journal() -> bool:
+    """Under systemd, stderr goes to journald ($JOURNAL_STREAM names it): a record already says it all."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return stream == f"{st.st_dev}:{st.st_ino}"
 
 
 @dataclass(slots=True)
@@ -70,6 +81,7 @@ class Daemon:
     _last_save: float = 0.0
     _dirty: bool = False
     _registry: object | None = None
+    _stderr_is_journal: bool = field(default_factory=stderr_is_journal)
 
     # --- the HTTP view (read under the lock) ---------------------------------------------
 
@@ -358,17 +370,20 @@ class Daemon:
         for event in events:
             if event.kind in ("loop-started", "loop-updated", "failed", "recovered", "stopped"):
                 effects = True
-                if self.recorder.record(event):
+                recorded = self.recorder.record(event)
+                if recorded:
                     self.health.journal_records_written = self.recorder.written
                 elif self.recorder.last_error:
                     log(self.recorder.last_error)
                     self.recorder.last_error = ""
+                quiet = recorded and self._stderr_is_journal  # the record is already in the journal
                 if event.kind in ("loop-started", "failed") and event.diagnosis is not None:
                     crash_at = event.diagnosis.timestamp or event.at
                     self.health.diagnosis_latency.observe(max(0.0, time.time() - crash_at))
                     d = event.diagnosis
-                    log(f"{event.unit} is crash-looping: {d.root_cause.line or d.title} -- fix: {d.fix.summary}")
-                elif event.kind == "recovered":
+                    if not quiet:
+                        log(f"{event.unit} is crash-looping: {d.root_cause.line or d.title} -- fix: {d.fix.summary}")
+                elif event.kind == "recovered" and not quiet:
                     log(f"{event.unit} recovered")
         if self.alerts is not None and events:
             self.alerts.update(self._active_alerts())  # type: ignore[attr-defined]
