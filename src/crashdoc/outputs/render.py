@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crashdoc.events import Diagnosis
-from crashdoc.outputs.redact import redact
+from crashdoc.outputs.redact import REDACTED, is_secret_flag, redact
 
 
 def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
@@ -53,7 +53,7 @@ def redact_data(value: Any) -> Any:
     if isinstance(value, str):
         return redact(value)
     if isinstance(value, dict):
-        return {k: redact_data(v) for k, v in value.items()}
+        return {k: REDACTED if is_secret_flag(str(k)) and v else redact_data(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [redact_data(v) for v in value]
     return value
