@@ -258,7 +258,8 @@ def test_crash_loop_alert_arrives_is_resent_and_resolves_after_the_fix(
         # what the link points at is served by crashdoc: the runbook with the latest evidence and the fix
         status, page = cd.get(f"/runbook/{SIGNATURE}")
         assert status == 200
-        assert f"Latest on {PREFILL_UNIT}" in page.decode() and "--hicache-ratio 2.0" in page.decode()
+        assert f"Latest on <a href='../units/{PREFILL_UNIT}'>{PREFILL_UNIT}</a>" in page.decode()
+        assert "--hicache-ratio 2.0" in page.decode() and "Change to make:" in page.decode()
 
         # re-sent while active: updatedAt keeps moving and endsAt stays ahead
         seen: list[tuple[float, float]] = []
