@@ -38,6 +38,7 @@ $(VENV)/.installed-run: pyproject.toml
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	@./scripts/install-debs.sh $(TEST_DEBS)
 	$(BIN)/python -m pip install -q -e ".[test]"
+	@./scripts/fetch-sglang.sh
 	@touch $@
 
 lint:

@@ -2,13 +2,15 @@
 
 The fixture tree `tests/fixtures/mine/sglang` holds real SGLang 0.5.23 messages, each built
 with one of the forms the miner must read. When the real package is unpacked at
-/tmp/sgl/src/sglang (see DEVELOPERS.md), the counts over it are checked too.
+.cache/sglang-0.5.23/sglang (`scripts/fetch-sglang.sh`, run by `make test`; or $CRASHDOC_SGLANG_SRC), the counts
+over it are checked too.
 """
 
 from __future__ import annotations
 
 import io
 import json
+import os
 import textwrap
 import zipfile
 from pathlib import Path
@@ -37,7 +39,9 @@ from crashdoc.matching.mine import (
 from crashdoc.matching.selftest import test_library as run_library_examples
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mine"
-REAL = Path("/tmp/sgl/src/sglang")
+REAL = Path(
+    os.environ.get("CRASHDOC_SGLANG_SRC", Path(__file__).resolve().parents[1] / ".cache/sglang-0.5.23/sglang")
+)
 DSV4 = "srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py"
 
 
