@@ -43,6 +43,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--flood-seconds", type=float, default=60.0)
     p.add_argument("--flood-rate", type=float, default=10_000)
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
+    p.add_argument("--before-src", help="also time `diagnose` with this crashdoc source tree (before/after)")
     p.add_argument("--results", type=Path, default=ROOT / "bench" / "results")
     a = p.parse_args(argv)
     only = [s.strip() for s in a.only.split(",") if s.strip()]
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         from bench import throughput
 
         log("throughput ...")
-        throughput.run(js, results, rounds=a.rounds)
+        throughput.run(js, results, rounds=a.rounds, before_src=a.before_src)
     if "scale" in only:
         from bench import scale
 

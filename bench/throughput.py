@@ -27,9 +27,10 @@ LABELS = {
 }
 
 
-def _env() -> dict[str, str]:
+def _env(src: str | None = None) -> dict[str, str]:
+    """`src`: another source tree of crashdoc (a before/after comparison in the same run)."""
     env = dict(os.environ)
-    env["PYTHONPATH"] = f"{ROOT}:{ROOT / 'src'}" + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+    env["PYTHONPATH"] = f"{ROOT}:{src or ROOT / 'src'}" + (":" + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
     return env
 
 
@@ -49,10 +50,10 @@ def diagnose_argv(files: list[str], signatures: list[str]) -> list[str]:
     return argv
 
 
-def run_crashdoc(files: list[str], signatures: list[str]) -> tuple[float, float, list[dict]]:
+def run_crashdoc(files: list[str], signatures: list[str], src: str | None = None) -> tuple[float, float, list[dict]]:
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    out = subprocess.run(diagnose_argv(files, signatures), capture_output=True, text=True, env=_env(), cwd=ROOT)
+    out = subprocess.run(diagnose_argv(files, signatures), capture_output=True, text=True, env=_env(src), cwd=ROOT)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if out.returncode != 0:
@@ -62,13 +63,16 @@ def run_crashdoc(files: list[str], signatures: list[str]) -> tuple[float, float,
 
 
 def run(js: JournalSet, results: Results, rounds: int = 2, cases: tuple[str, ...] = CASES,
-        warm: bool = True) -> dict[str, float]:
+        warm: bool = True, before_src: str | None = None) -> dict[str, float]:
     files = [str(f) for f in js.files]
     entries = int(js.meta["entries"])
     folders, note = library_folders()
-    signatures = [str(f) for f in folders] if note else []
+    signatures = [str(f) for f in folders]  # the same library for (d) and (d0)
     if note:
         results.notes.append(note)
+    if before_src:
+        cases = (*cases, "before")
+        LABELS["before"] = f"(d0) the same, crashdoc from {before_src}"
     times: dict[str, list[float]] = {c: [] for c in cases}
     diagnoses: list[dict] = []
     cpu: list[float] = []
@@ -80,6 +84,12 @@ def run(js: JournalSet, results: Results, rounds: int = 2, cases: tuple[str, ...
             if case == "crashdoc":
                 seconds, used, diagnoses = run_crashdoc(files, signatures)
                 cpu.append(used)
+            elif case == "before":
+                seconds, _, old = run_crashdoc(files, signatures, before_src)
+                if [(d["unit"], d["signature"], d["crashes"]) for d in old] != [
+                    (d["unit"], d["signature"], d["crashes"]) for d in diagnoses
+                ]:
+                    results.notes.append("(d0) found other diagnoses than (d)")
             else:
                 n, seconds = run_reader(case, files)
                 if n != entries:

@@ -100,7 +100,8 @@ class JournalSource:
         self.at_end = False  # the last read() reached the newest entry
         self._cursor: str | None = None
         self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
-        self._invocations: dict[tuple[bytes, bytes], str] = {}  # (unit, pid) -> invocation id
+        # (unit, pid) -> (unit, pid, invocation id, command line), decoded on the process's first line
+        self._invocations: dict[tuple[bytes, bytes], tuple[str, int, str, str]] = {}
 
     # --- positioning ---------------------------------------------------------------------
 
@@ -143,14 +144,22 @@ class JournalSource:
     # --- reading -------------------------------------------------------------------------
 
     def read(self, limit: int = 5000) -> list[Event]:
-        """Up to `limit` entries' worth of events; an empty list when caught up."""
+        """Up to `limit` entries' worth of events; an empty list when caught up.
+
+        The hot path of the daemon and of `diagnose`: a watched unit's line is read inline (two
+        `_get`s, the realtime clock, one decode), and what is fixed per process (unit name,
+        PID, invocation) is decoded once, on its first line, and remembered.
+        """
         r = self.reader
         get = r._get
         nxt = r._next
         realtime = r._get_realtime
         roles = self._roles
+        processes = self._invocations
         events: list[Event] = []
+        append = events.append
         stepped = 0
+        lines = 0
         stats = self.stats
         self.at_end = False
         while stepped < limit:
@@ -173,7 +182,7 @@ class JournalSource:
                 except OSError:
                     event = None
                 if event is not None:
-                    events.append(event)
+                    append(event)
                 continue
             except OSError as exc:
                 stats.errors += 1
@@ -187,8 +196,26 @@ class JournalSource:
                     roles.clear()
             try:
                 if role is not None:
-                    event = self._line(get, realtime, unit_raw)
-                elif unit_raw == _INIT_SCOPE:
+                    try:
+                        message = get("MESSAGE")
+                        pid_raw = get("_PID")
+                    except KeyError:
+                        continue
+                    process = processes.get((unit_raw, pid_raw))
+                    if process is None:  # a process's first line: who is it, which run is it part of
+                        process = self._first_line(get, unit_raw, pid_raw)
+                        cmdline = process[3]
+                    else:
+                        cmdline = ""
+                    text = (
+                        message.decode("utf-8", "replace")
+                        if len(message) <= MAX_MESSAGE_CHARS
+                        else message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
+                    )
+                    lines += 1
+                    append(LogLine(process[0], process[1], text, realtime() / 1e6, process[2], cmdline))
+                    continue
+                if unit_raw == _INIT_SCOPE:
                     event = self._pid1_record(get, realtime)
                 elif unit_raw.startswith(b"systemd-coredump@"):
                     event = self._coredump_record(get, realtime)
@@ -199,7 +226,8 @@ class JournalSource:
                 stats.last_error = f"unreadable entry: {exc}"
                 continue
             if event is not None:
-                events.append(event)
+                append(event)
+        stats.lines += lines
         if stepped:
             stats.entries += stepped
             try:
@@ -210,30 +238,38 @@ class JournalSource:
         return events
 
     def _line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
+        """One line of a watched unit, read outside `read()`'s loop (which inlines the same steps)."""
         try:
             message = get("MESSAGE")
             pid_raw = get("_PID")
         except KeyError:
             return None
-        key = (unit_raw, pid_raw)
-        invocation = self._invocations.get(key)
+        process = self._invocations.get((unit_raw, pid_raw))
         cmdline = ""
-        if invocation is None:  # a process's first line: who is it, and which run does it belong to
-            try:
-                invocation = get("_SYSTEMD_INVOCATION_ID").decode("ascii", "replace")
-            except KeyError:
-                invocation = ""
-            cmdline = _optional(get, "_CMDLINE") or ""
-            if len(self._invocations) > 50_000:
-                self._invocations.clear()
-            self._invocations[key] = invocation
+        if process is None:
+            process = self._first_line(get, unit_raw, pid_raw)
+            cmdline = process[3]
         text = (
             message.decode("utf-8", "replace")
             if len(message) <= MAX_MESSAGE_CHARS
-            else (message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
+            else message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
         )
         self.stats.lines += 1
-        return LogLine(unit_raw.decode("utf-8", "replace"), int(pid_raw), text, realtime() / 1e6, invocation, cmdline)
+        return LogLine(process[0], process[1], text, realtime() / 1e6, process[2], cmdline)
+
+    def _first_line(self, get, unit_raw: bytes, pid_raw: bytes) -> tuple[str, int, str, str]:
+        """(unit, pid, invocation, command line) of a process seen for the first time; remembered."""
+        try:
+            invocation = get("_SYSTEMD_INVOCATION_ID").decode("ascii", "replace")
+        except KeyError:
+            invocation = ""
+        cmdline = _optional(get, "_CMDLINE") or ""
+        pid = int(pid_raw) if pid_raw.isdigit() else 0  # a journal file from elsewhere may hold anything
+        process = (unit_raw.decode("utf-8", "replace"), pid, invocation, cmdline)
+        if len(self._invocations) > 50_000:
+            self._invocations.clear()
+        self._invocations[(unit_raw, pid_raw)] = process
+        return process
 
     def _pid1_record(self, get, realtime) -> LifecycleRecord | None:
         if get("_PID") != b"1":

@@ -1,0 +1,123 @@
+"""The hot path's fast forms give exactly the answers of the plain forms they replaced.
+
+bench/ made these paths faster (profile-driven); these tests pin that the results did not move:
+the marker search against one `re` alternation of the literals, the RE2 set's direct call against
+the wrapper, and `JournalSource.read()` against a straightforward field-by-field reading.
+"""
+
+from __future__ import annotations
+
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crashdoc.assembly.markers import MARKERS, find_marker
+from crashdoc.events import LogLine
+
+_ALTERNATION = re.compile("|".join(re.escape(literal) for _, literal in MARKERS))
+_KIND = {literal: kind for kind, literal in MARKERS}
+_PIECES = [literal for _, literal in MARKERS] + [
+    "Scheduler or DataParallelController",
+    "[2026-12-01 10:00:00 TP0] ",
+    "server_args",
+    "KV Cache is",
+    "terminated",
+    "x",
+    " ",
+]
+
+
+def _reference(text: str) -> tuple[str, str] | None:
+    m = _ALTERNATION.search(text)
+    if m is None:
+        return None
+    kind = _KIND[m.group(0)]
+    if kind == "terminated" and "Scheduler or DataParallelController" not in text:
+        return None
+    return kind, m.group(0)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=5), max_size=8))
+def test_find_marker_is_the_leftmost_literal_like_the_alternation(parts: list[str]) -> None:
+    text = "".join(parts)
+    marker = find_marker(LogLine("u.service", 7, text))
+    expected = _reference(text)
+    assert (marker.kind if marker else None) == (expected[0] if expected else None)
+
+
+def test_find_marker_on_real_lines() -> None:
+    lines = {
+        "[2026-12-01 10:00:05] The server is fired up and ready to roll!": "ready",
+        "[2026-12-01 10:00:05] Received sigquit from a child process. It usually means the child failed.": "sigquit",
+        "[2026-12-01 10:00:05] SIGQUIT received. signum=None, frame=None. It usually means one child failed.": "sigquit",
+        "[2026-12-01 10:00:05] Subprocess scheduler_0 (pid=7) crashed with exit code -9. Triggering SIGQUIT for "
+        "cleanup...": "child-crashed",
+        "[2026-12-01 10:00:05 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 611584": "kv-cache",
+        "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37, cuda graph: True": None,
+        "Child process terminated with exit code 1": None,
+    }
+    for text, kind in lines.items():
+        marker = find_marker(LogLine("u.service", 7, text))
+        assert (marker.kind if marker else None) == kind, text
+
+
+def test_line_set_hits_match_the_re2_wrapper() -> None:
+    from crashdoc.matching.library import builtin_signature_dirs, load_library
+    from crashdoc.matching.matcher import Matcher
+
+    matcher = Matcher(load_library(builtin_signature_dirs()))
+    texts = [ex.text for sig in matcher.library.signatures for ex in sig.examples]
+    texts += ["", "plain line", "ünïcödé ✓ line", "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37"]
+    line_set = matcher._line_set
+    assert line_set._set is not None
+    for text in texts:
+        for line in text.splitlines() or [text]:
+            assert line_set.hits(line) == (line_set._set.Match(line) or [])
+
+
+def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_path) -> None:
+    """`JournalSource.read()` (inlined, per-process cache) against systemd-python's own converters."""
+    import fnmatch
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    try:
+        from bench.common import JOURNAL_REMOTE
+        from bench.journal_gen import build
+    finally:
+        sys.path.remove(str(root))
+    if JOURNAL_REMOTE is None:
+        pytest.skip("systemd-journal-remote is not installed")
+    from systemd import journal
+
+    from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
+
+    js = build(8_000, seed=5, folder=tmp_path / "j", crash_every=(1_500, 3_000))
+    files = [str(f) for f in js.files]
+    expected = []
+    for e in journal.Reader(files=files):
+        unit = e.get("_SYSTEMD_UNIT", "")
+        if not fnmatch.fnmatchcase(unit, "sglang*.service") or "MESSAGE" not in e or "_PID" not in e:
+            continue
+        invocation = e.get("_SYSTEMD_INVOCATION_ID")
+        expected.append((unit, e["_PID"], e["MESSAGE"], getattr(invocation, "hex", invocation or ""),
+                         round(e["__REALTIME_TIMESTAMP"].timestamp(), 6)))
+    source = JournalSource(UnitFilter((WatchRule("sglang*.service"),)), files=files)
+    source.seek_head()
+    got = []
+    with_cmdline = set()
+    while batch := source.read(777):
+        for ev in batch:
+            if isinstance(ev, LogLine):
+                got.append((ev.unit, ev.pid, ev.text, ev.invocation, round(ev.timestamp, 6)))
+                if ev.cmdline:
+                    with_cmdline.add((ev.unit, ev.pid))
+    assert got == expected and len(got) > 3_000
+    assert with_cmdline == {(unit, pid) for unit, pid, *_ in expected}
+    assert source.stats.entries == js.meta["entries"] and source.stats.lines == len(got)
