@@ -51,7 +51,8 @@ def test_find_marker_on_real_lines() -> None:
     lines = {
         "[2026-12-01 10:00:05] The server is fired up and ready to roll!": "ready",
         "[2026-12-01 10:00:05] Received sigquit from a child process. It usually means the child failed.": "sigquit",
-        "[2026-12-01 10:00:05] SIGQUIT received. signum=None, frame=None. It usually means one child failed.": "sigquit",
+        "[2026-12-01 10:00:05] SIGQUIT received. signum=None, frame=None. "
+        "It usually means one child failed.": "sigquit",
         "[2026-12-01 10:00:05] Subprocess scheduler_0 (pid=7) crashed with exit code -9. Triggering SIGQUIT for "
         "cleanup...": "child-crashed",
         "[2026-12-01 10:00:05 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 611584": "kv-cache",
@@ -120,4 +121,63 @@ def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_pat
                     with_cmdline.add((ev.unit, ev.pid))
     assert got == expected and len(got) > 3_000
     assert with_cmdline == {(unit, pid) for unit, pid, *_ in expected}
-    assert source.stats.entries == js.meta["entries"] and source.stats.lines == len(got)
+    watched = sum(n for unit, n in js.meta["by_unit"].items() if unit.startswith("sglang") or unit == "init.scope")
+    assert source.stats.entries == watched and source.stats.lines == len(got)  # files: unwatched units skipped
+
+
+def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path) -> None:
+    """Files given by name get libsystemd matches; the events must equal an unfiltered walk's."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    try:
+        from bench.common import JOURNAL_REMOTE
+        from bench.journal_gen import boot_id, build
+    finally:
+        sys.path.remove(str(root))
+    if JOURNAL_REMOTE is None:
+        pytest.skip("systemd-journal-remote is not installed")
+    from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
+    from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID
+
+    folder = tmp_path / "j"
+    build(6_000, seed=9, folder=folder, crash_every=(1_500, 3_000))
+    boot, now = boot_id(), 1_796_000_000_000_000
+    extra = [  # what only the match's other terms let through
+        {"_TRANSPORT": "kernel", "MESSAGE": "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
+         "mems_allowed=0,oom_memcg=/system.slice/sglang-prefill.service,task_memcg=/system.slice/"
+         "sglang-prefill.service,task=python3,pid=4242,uid=0", "PRIORITY": "3"},
+        {"_SYSTEMD_UNIT": "systemd-coredump@0-4243-0.service", "MESSAGE_ID": COREDUMP_MESSAGE_ID, "_UID": "0",
+         "COREDUMP_UNIT": "sglang-decode.service", "COREDUMP_SIGNAL_NAME": "SIGSEGV", "MESSAGE": "Process dumped"},
+        {"_SYSTEMD_UNIT": "other.service", "_PID": "77", "MESSAGE": "Scheduled restart job, restart counter is at 9."},
+        {"_SYSTEMD_UNIT": "sglang-decode.service", "_PID": "4300", "MESSAGE": "a line after the others",
+         "_SYSTEMD_INVOCATION_ID": "0" * 32},
+    ]
+    stream = b""
+    for i, fields in enumerate(extra):
+        head = f"__REALTIME_TIMESTAMP={now + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n_BOOT_ID={boot}\n"
+        stream += (head + "".join(f"{k}={v}\n" for k, v in fields.items()) + "\n").encode()
+    subprocess.run([JOURNAL_REMOTE, "--split-mode=none", f"--output={folder}/extra.journal", "-"], input=stream,
+                   check=True)
+    units = UnitFilter((WatchRule("sglang*.service"),))
+
+    def events(**where):
+        source = JournalSource(units, **where)
+        source.seek_head()
+        out = []
+        while True:
+            out.extend(source.read(1_000))
+            if source.at_end:
+                return out, source.stats.entries
+
+    by_files, stepped_files = events(files=[str(p) for p in sorted(folder.glob("*.journal"))])
+    by_folder, stepped_folder = events(directory=str(folder))
+    assert by_files == by_folder
+    kinds = {type(e).__name__ + ":" + str(getattr(e, "kind", "")) for e in by_files}
+    assert {"LifecycleRecord:oom-kill", "LifecycleRecord:coredump", "LifecycleRecord:restart-scheduled"} <= kinds
+    assert stepped_folder == 6_000 + len(extra) > stepped_files  # the unwatched entries were skipped

@@ -102,6 +102,30 @@ class JournalSource:
         self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
         # (unit, pid) -> (unit, pid, invocation id, command line), decoded on the process's first line
         self._invocations: dict[tuple[bytes, bytes], tuple[str, int, str, str]] = {}
+        if files:
+            self._restrict_to_watched()
+
+    def _restrict_to_watched(self) -> None:
+        """Journal files given by name (copies, read once): let libsystemd skip unwatched units.
+
+        A match walks only the matching entries, so an unwatched entry (half of a busy GPU
+        host's journal) costs nothing instead of a `_next()` and a `_get("_SYSTEMD_UNIT")`. The
+        terms cover everything `read()` can return: the watched units' lines, PID 1's records
+        (init.scope), kernel lines (OOM kills) and core dump records; `read()` checks each entry
+        as before. Not for a live journal (folder or system): its units may not exist yet.
+        """
+        r = self.reader
+        try:
+            names = journal._Reader.query_unique(r, "_SYSTEMD_UNIT")
+        except OSError:
+            return
+        watched = sorted(n for n in names if self.units.role_of(n.decode("utf-8", "replace")) is not None)
+        for name in (*watched, _INIT_SCOPE):
+            journal._Reader.add_match(r, b"_SYSTEMD_UNIT=" + name)
+        r.add_disjunction()
+        r.add_match("_TRANSPORT=kernel")
+        r.add_disjunction()
+        r.add_match("MESSAGE_ID=" + COREDUMP_MESSAGE_ID)
 
     # --- positioning ---------------------------------------------------------------------
 
