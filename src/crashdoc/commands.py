@@ -166,9 +166,8 @@ def run(args: argparse.Namespace) -> int:
     if args.runbook_base_url:
         overrides["runbook_base_url"] = args.runbook_base_url
     if args.alertmanager_url:
-        from crashdoc.config import AlertmanagerConfig
 
-        overrides["alertmanager"] = AlertmanagerConfig(url=args.alertmanager_url)
+        overrides["alertmanager"] = dataclasses.replace(config.alertmanager, url=args.alertmanager_url)
     if args.listen:
         overrides["listen"] = args.listen
     if overrides:
