@@ -429,7 +429,8 @@ def check_hicache_ratio(
     sentence = (
         f"--hicache-ratio {_ratio(ratio)} {'fits' if fits else 'does not fit'}: HiCache would pin "
         f"{_ratio(ratio)} x {pool_text} x {ranks} rank{'s' if ranks > 1 else ''} = {_gib(needed)} of host "
-        f"memory, and {where} has {_gib(memory.available)} available ({_gib(memory.total)} total)."
+        f"memory, and {where} {'have' if memory.scope.startswith('NUMA nodes') else 'has'} "
+        f"{_gib(memory.available)} available ({_gib(memory.total)} total)."
     )
     sentences = [sentence]
     if memory.note:
