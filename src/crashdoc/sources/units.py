@@ -259,7 +259,11 @@ class UnitWatcher:
             name = _text(msg.body[0])  # type: ignore[attr-defined]
         except Exception:
             return
-        if self.units.role_of(name) is not None:
+        # Only a unit never seen before is news. A known unit is loaded again whenever its
+        # properties are read after systemd garbage-collected it (stopped, unreferenced): marking it
+        # changed made crashdoc read it again, which loaded it again, hundreds of times a second.
+        # A real start of a known unit changes its ActiveState: PropertiesChanged on its own path.
+        if self.units.role_of(name) is not None and unit_path(name) not in self._paths:
             self._dirty.add(name)
 
 
