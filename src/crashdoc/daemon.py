@@ -42,6 +42,7 @@ BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald 
 IDLE_TIMEOUT = 1.0
 BUSY_PERIOD = 3.0
 SAVE_INTERVAL = 1.0
+RECORDED = frozenset({"loop-started", "loop-updated", "failed", "recovered", "stopped"})  # events with effects
 
 
 def log(message: str) -> None:
@@ -259,7 +260,7 @@ class Daemon:
     # --- the loop's steps ----------------------------------------------------------------
 
     def _drain(self) -> None:
-        """Read everything the journal has, batch by batch; effects, then the cursor."""
+        """Read everything the journal has, batch by batch; decisions and the cursor saved, then effects."""
         while not self._stop:
             events = self.source.read(BATCH)
             if events:
@@ -269,7 +270,7 @@ class Daemon:
                             self.engine.on_line(event)
                         else:
                             self._on_lifecycle(event)
-                    effects = self._emit(self.engine.events())
+                effects = self._act()
                 self._busy_until = time.monotonic() + BUSY_PERIOD
             else:
                 effects = False
@@ -319,7 +320,7 @@ class Daemon:
                 for unit in changed:
                     self.engine.watch(unit)
                     self._refresh_unit(unit)
-                self._emit(self.engine.events())
+            self._act()
             self._busy_until = time.monotonic() + BUSY_PERIOD
 
     def _register_dbus(self, sel: selectors.BaseSelector, current: int | None) -> int | None:
@@ -353,7 +354,7 @@ class Daemon:
     def _tick(self) -> None:
         with self.lock:
             self.engine.tick(time.time())
-            self._emit(self.engine.events())
+        self._act()
         if self.alerts is not None:
             self.alerts.tick()  # type: ignore[attr-defined]
 
@@ -364,11 +365,32 @@ class Daemon:
             self.health.signature_reloads = self.holder.reloads
             self.health.signature_reload_errors = self.holder.errors
 
+    def _act(self) -> bool:
+        """Carry out what the engine decided; True if that had effects (journal records).
+
+        Decisions with effects are saved first, with the engine's state and the cursor: the
+        snapshot keeps them as an outbox. A kill before that save redoes them from the journal;
+        a kill after it hands them out again on restart and the recorder skips the records the
+        journal already holds. Saving only after the effects would lose that for decisions a
+        journal replay does not redo (a D-Bus change, a tick: dated by the clock, they come out
+        of a restarted crashdoc as new events).
+        """
+        with self.lock:
+            outbox = any(event.kind in RECORDED for event in self.engine.pending())
+        if outbox:
+            self._dirty = True
+            self._save(force=True)
+        with self.lock:
+            effects = self._emit(self.engine.events())
+        if effects:
+            self._dirty = True  # the outbox on disk is stale now; the next save empties it
+        return effects
+
     def _emit(self, events: list[EngineEvent]) -> bool:
         """Effects of what the engine decided: journal records, alert state, latency. True if any."""
         effects = False
         for event in events:
-            if event.kind in ("loop-started", "loop-updated", "failed", "recovered", "stopped"):
+            if event.kind in RECORDED:
                 effects = True
                 recorded = self.recorder.record(event)
                 if recorded:

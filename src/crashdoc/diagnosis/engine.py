@@ -278,7 +278,11 @@ class Engine:
         """Everything the engine knows, to resume exactly where a killed crashdoc stopped.
 
         Only data is saved (no matcher, builder or callables): units with their runs, loop
-        state and diagnoses, and the tracebacks still being assembled.
+        state and diagnoses, the tracebacks still being assembled, and the events not yet
+        drained: saved before the outputs act on them, they are an outbox that a restarted
+        crashdoc hands out again (its outputs skip what they already did), so that a decision
+        taken on a D-Bus change or a tick, which a replay of the journal would not redo, is
+        never lost and never redone.
         """
         state = {
             "version": SNAPSHOT_VERSION,
@@ -286,6 +290,7 @@ class Engine:
             "pending": self.assembler.export(),
             "synthetic": self._synthetic,
             "now": self.now,
+            "events": self._events,
         }
         return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
 
@@ -305,6 +310,7 @@ class Engine:
         self.assembler.import_(state["pending"])
         self._synthetic = state["synthetic"]
         self.now = state["now"]
+        self._events = list(state.get("events", ()))
 
     # --- outputs -------------------------------------------------------------------------
 
@@ -315,6 +321,10 @@ class Engine:
         """Drain what happened since the last call (for alerts and journal records)."""
         out, self._events = self._events, []
         return out
+
+    def pending(self) -> tuple[EngineEvent, ...]:
+        """What `events()` would drain now, left in place (and in the snapshot)."""
+        return tuple(self._events)
 
     def diagnoses(self, units: Iterable[str] | None = None) -> list[Diagnosis]:
         """Every current diagnosis, the most likely root cause first.
