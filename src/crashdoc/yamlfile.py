@@ -30,23 +30,61 @@ class LocatedYaml:
         return self.lines.get(path, 0)
 
 
+MAX_VALUES = 100_000  # >100x the largest library file; aliases that expand past it are a "billion laughs"
+
+
 def parse_located(text: str) -> LocatedYaml:
-    """Parse one YAML document; raises YamlError with the line of the first problem."""
+    """Parse one YAML document; raises YamlError with the line of the first problem (never anything else)."""
     try:
         node = yaml.compose(text, Loader=_LOADER)
+    except yaml.reader.ReaderError as exc:  # it has a position in the text, not a mark
+        line = text.count("\n", 0, exc.position) + 1
+        raise YamlError(line, f"invalid YAML: character U+{exc.character:04X} is not allowed ({exc.reason})") from exc
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None)
         problem = getattr(exc, "problem", None) or str(exc)
         raise YamlError(mark.line + 1 if mark is not None else 0, f"invalid YAML: {problem}") from exc
+    except RecursionError as exc:  # the pure-Python composer on deep nesting (libyaml has its own limit)
+        raise YamlError(0, "invalid YAML: nested too deeply") from exc
     lines: dict[Path_, int] = {}
     if node is None:
         return LocatedYaml(None, lines)
-    return LocatedYaml(_to_python(node, (), lines), lines)
+    return LocatedYaml(_Converter(lines).convert(node, ()), lines)
 
 
-def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> Any:
-    lines[path] = node.start_mark.line + 1
-    if isinstance(node, yaml.MappingNode):
+class _Converter:
+    """Nodes -> plain values, recording lines. Aliases share nodes, so a document can refer to itself
+    (an endless recursion) or expand exponentially: both are errors at the alias's line, not a hang."""
+
+    def __init__(self, lines: dict[Path_, int]) -> None:
+        self.lines = lines
+        self.values = 0
+        self.open: set[int] = set()  # collections being converted: an alias back to one is a cycle
+
+    def convert(self, node: yaml.Node, path: Path_) -> Any:
+        line = node.start_mark.line + 1
+        self.lines[path] = line
+        self.values += 1
+        if self.values > MAX_VALUES:
+            raise YamlError(line, f"more than {MAX_VALUES} values (aliases expanding without end?)")
+        if isinstance(node, yaml.MappingNode | yaml.SequenceNode):
+            if id(node) in self.open:
+                raise YamlError(line, "an alias refers to a collection that contains it")
+            self.open.add(id(node))
+            try:
+                return self._mapping(node, path) if isinstance(node, yaml.MappingNode) else [
+                    self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+            finally:
+                self.open.discard(id(node))
+        if node.tag == "tag:yaml.org,2002:str":
+            return node.value
+        try:
+            value = yaml.SafeLoader("").construct_object(node)
+        except (yaml.YAMLError, ValueError, OverflowError) as exc:  # ValueError: ints over 4300 digits
+            raise YamlError(line, f"invalid value: {exc}") from exc
+        return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
+
+    def _mapping(self, node: yaml.MappingNode, path: Path_) -> dict[str, Any]:
         result: dict[str, Any] = {}
         for key_node, value_node in node.value:
             if not isinstance(key_node, yaml.ScalarNode):
@@ -54,14 +92,5 @@ def _to_python(node: yaml.Node, path: Path_, lines: dict[Path_, int]) -> Any:
             key = key_node.value
             if key in result:
                 raise YamlError(key_node.start_mark.line + 1, f"duplicate key {key!r}")
-            result[key] = _to_python(value_node, (*path, key), lines)
+            result[key] = self.convert(value_node, (*path, key))
         return result
-    if isinstance(node, yaml.SequenceNode):
-        return [_to_python(item, (*path, i), lines) for i, item in enumerate(node.value)]
-    if node.tag == "tag:yaml.org,2002:str":
-        return node.value
-    try:
-        value = yaml.SafeLoader("").construct_object(node)
-    except yaml.YAMLError as exc:
-        raise YamlError(node.start_mark.line + 1, f"invalid value: {exc}") from exc
-    return value if isinstance(value, str | int | float | bool | type(None)) else str(value)
