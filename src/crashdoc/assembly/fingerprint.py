@@ -33,7 +33,8 @@ def normalise_message(message: str) -> str:
 
 
 def frame_module(frame: Frame) -> str:
-    path = _SITE.sub("", frame.file)
+    site = _SITE.match(frame.file)  # anchored: `sub` would retry `.*` at every position (quadratic)
+    path = frame.file[site.end() :] if site else frame.file
     if path.endswith(".py"):
         path = path[:-3]
     return path.strip("/").replace("/", ".")

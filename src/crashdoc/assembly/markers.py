@@ -60,7 +60,8 @@ def find_marker(line: LogLine) -> Marker | None:
 
 
 _VALUE = r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|\{[^}]*\}|[^,(){}]+)"""
-_SERVER_ARG = re.compile(r"(\w+)=" + _VALUE)  # server_args=ServerArgs(name=value, ...) (before 0.5.2x)
+# \b: a name starts at a word boundary; without it findall retries \w+ inside every long word (quadratic)
+_SERVER_ARG = re.compile(r"\b(\w+)=" + _VALUE)  # server_args=ServerArgs(name=value, ...) (before 0.5.2x)
 _SERVER_ARG_DICT = re.compile(r"'(\w+)':\s*" + _VALUE)  # server_args={'name': value, ...} (0.5.23)
 
 

@@ -134,7 +134,7 @@ class TracebackAssembler:
         at = body.find(TRACEBACK_HEAD)
         if at > 0:
             header = body[:at].rstrip()
-            m = _WRAPPER.search(header)
+            m = _WRAPPER.search(header[-200:])  # the tail only: searching a 16K header is quadratic
             if m is not None:
                 wrapper = m.group("who")
         elif at < 0:  # a log cut mid-traceback: begins with a frame line
