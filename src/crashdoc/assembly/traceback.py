@@ -39,7 +39,8 @@ _EMPTY: tuple[Traceback, ...] = ()
 class Limits:
     max_frames: int = 120  # keep the first 20 and the last 100 of a deep recursion
     max_message_lines: int = 80
-    max_text_chars: int = 16 * 1024
+    max_text_chars: int = 16 * 1024  # also bounds a message's characters (after its first line)
+    max_chain: int = 16  # chained exceptions: keep the first causes and the last ones
     max_pending: int = 4096  # processes with a traceback in progress
 
 
@@ -203,7 +204,10 @@ class TracebackAssembler:
                 state.phase = "end"
                 state.blank_lines += 1
                 return []
-            if len(state.message) < self.limits.max_message_lines:
+            if (
+                len(state.message) < self.limits.max_message_lines
+                and sum(map(len, state.message)) + len(body) <= self.limits.max_text_chars
+            ):
                 state.message.append(body)
                 self._append_text(state, text)
             else:
@@ -219,7 +223,7 @@ class TracebackAssembler:
                 self._append_text(state, text)
                 return []
             # the message had a blank line in it: carry on with it
-            state.message.extend([""] * state.blank_lines)
+            state.message.extend([""] * min(state.blank_lines, self.limits.max_message_lines))
             state.blank_lines = 0
             state.phase = "message"
             return self._continue(state, key, line, text)
@@ -286,6 +290,9 @@ class TracebackAssembler:
                 line=state.exc_line,
             )
         )
+        if len(state.chain) > self.limits.max_chain:
+            del state.chain[self.limits.max_chain // 2]  # the original cause and the newest stay
+            state.truncated = True
         state.frames = []
         state.message = []
         state.exc_type = ""
