@@ -13,11 +13,11 @@ import re
 _PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: [^\]\s]+)*)\] ?")
 _TORCH_RANK = re.compile(r"\[rank\d+\]: ?")
 _ANSI = re.compile(r"\x1b(?:\[[0-9;?]*[ -/]*[@-~]|\][^\x07\x1b]*(?:\x07|\x1b\\)|[@-Z\\-_])")
-_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f]")
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # C0 but newline and tab, DEL, C1 (U+009B is a CSI)
 
 
 def clean(text: str) -> str:
-    """Drop ANSI escapes and control characters; cheap when there are none."""
+    """Drop ANSI escapes and control characters, which a terminal would obey; cheap when there are none."""
     if "\x1b" in text:
         text = _ANSI.sub("", text)
     if not text.isprintable():

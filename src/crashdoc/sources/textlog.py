@@ -12,6 +12,7 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
+from crashdoc.assembly.logline import clean
 from crashdoc.events import LifecycleRecord, LogLine
 from crashdoc.sources.lifecycle import parse_pid1_text
 
@@ -25,6 +26,9 @@ _SHORT_FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _JOURNAL_NOTE = re.compile(r"^-- (?:Boot [0-9a-f]+|No entries|Journal begins|Logs begin|Reboot)")
 PASTED_UNIT = ""  # the unit of lines whose unit the text does not say
+# Lines are cut as the journal source cuts messages (a 1 MB line must not cost 1 MB of matching, nor print
+# 1 MB), and cleaned of escapes and control characters, which would reach the terminal in a diagnosis.
+MAX_LINE_CHARS = 16 * 1024
 
 
 @dataclass(slots=True)
@@ -53,7 +57,7 @@ def detect_format(lines: list[str]) -> str:
 
 
 def parse_text(text: str) -> ParsedText:
-    raw = text.splitlines()
+    raw = [clean(line[:MAX_LINE_CHARS]) for line in text.splitlines()]
     fmt = detect_format(raw)
     if fmt == "plain":
         return ParsedText([LogLine(PASTED_UNIT, 0, line) for line in raw], fmt)
