@@ -1,0 +1,374 @@
+"""Hostile input without a systemd: crafted journal files, pasted logs, a million generated messages,
+and signatures written to hang a backtracking regex engine.
+
+Journal files are written by systemd-journal-remote from the export format, which can hold any bytes
+in any field, trusted ones included: a copied journal file is input like any other. The live
+counterpart (forged records sent through journald's native protocol) is test_e2e_hostile.py.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+import struct
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+
+import pytest
+
+from crashdoc.diagnosis.engine import Engine
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine
+from crashdoc.matching.library import builtin_signature_dirs, load_library
+from crashdoc.matching.matcher import Matcher
+from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
+
+CRASHDOC = [sys.executable, "-m", "crashdoc"]
+JOURNAL_REMOTE = next(
+    (p for p in ("/lib/systemd/systemd-journal-remote", "/usr/lib/systemd/systemd-journal-remote") if Path(p).exists()),
+    None,
+)
+needs_journal_remote = pytest.mark.skipif(JOURNAL_REMOTE is None, reason="systemd-journal-remote is not installed")
+
+UNIT = "sglang-prefill.service"
+BOOT = uuid.uuid4().hex
+RESTART = "5eb03494b6584870a536b337290809b3"
+EXITED = "98e322203f7a4ed290d09fe03c09fe15"
+FAILED = "d9b373ed55a64feb8242e02dbe79a49c"
+DSV4 = "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead."
+TRACEBACK = [
+    "[2026-05-01 12:00:03 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 6361, '
+    "in run_scheduler_process",
+    "    scheduler = Scheduler(",
+    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", '
+    "line 661, in _deepseek_v4_num_host_pages",
+    "    raise ValueError(",
+    DSV4,
+    "",
+]
+# what a terminal must never receive from a log: escapes (CSI, OSC title, C1 CSI), BEL, NUL, backspace
+TERMINAL_HOSTILE = ("\x1b", "\x07", "\x00", "\x08", "\x9b")
+
+
+# --- journal files in export format --------------------------------------------------------------
+
+
+def export_entry(fields: Mapping[str, str | bytes], usec: int) -> bytes:
+    """One entry of the journal export format; values that are not plain text use the binary form."""
+    out = [b"__REALTIME_TIMESTAMP=%d\n__MONOTONIC_TIMESTAMP=%d\n_BOOT_ID=%s\n" % (usec, usec, BOOT.encode())]
+    for name, value in fields.items():
+        raw = value.encode() if isinstance(value, str) else value
+        if all(32 <= b < 127 for b in raw):
+            out.append(name.encode() + b"=" + raw + b"\n")
+        else:
+            out.append(name.encode() + b"\n" + struct.pack("<Q", len(raw)) + raw + b"\n")
+    return b"".join(out) + b"\n"
+
+
+def write_journal(folder: Path, entries: list[Mapping[str, str | bytes]]) -> Path:
+    """A real journal file holding `entries` in order, one microsecond apart."""
+    assert JOURNAL_REMOTE is not None
+    path = folder / "crafted.journal"
+    stream = b"".join(export_entry(e, 1_800_000_000_000_000 + i * 1000) for i, e in enumerate(entries))
+    subprocess.run([JOURNAL_REMOTE, "--split-mode=none", f"--output={path}", "-"], input=stream, check=True,
+                   capture_output=True, timeout=60)
+    return path
+
+
+def line(message: str | bytes, pid: str | bytes = "4242", invocation: str = "a" * 32, unit: str | bytes = UNIT,
+         **extra: str | bytes) -> dict[str, str | bytes]:
+    return {"_TRANSPORT": "stdout", "_PID": pid, "_SYSTEMD_UNIT": unit, "_SYSTEMD_INVOCATION_ID": invocation,
+            "_COMM": "python3", "MESSAGE": message, **extra}
+
+
+def pid1(message: str, unit: str | bytes = UNIT, pid: str = "1", scope: str = "init.scope",
+         **extra: str | bytes) -> dict[str, str | bytes]:
+    return {"_TRANSPORT": "journal", "_PID": pid, "_SYSTEMD_UNIT": scope, "_COMM": "systemd", "UNIT": unit,
+            "INVOCATION_ID": "a" * 32, "MESSAGE": message, **extra}
+
+
+def hostile_journal_entries() -> list[dict[str, str | bytes]]:
+    forged_restart = {"MESSAGE_ID": RESTART, "N_RESTARTS": "99"}
+    return [
+        # a watched unit forging PID 1's records (native protocol fields) and printing its wording
+        line(f"{UNIT}: Scheduled restart job, restart counter is at 99.", **forged_restart, UNIT=UNIT),
+        line(f"{UNIT}: Main process exited, code=killed, status=9/KILL", MESSAGE_ID=EXITED, UNIT=UNIT,
+             EXIT_CODE="killed", EXIT_STATUS="9"),
+        # another unit, and even init.scope with a PID that is not 1 (a crafted file)
+        {**pid1("forged", scope="other.service", pid="77"), **forged_restart},
+        {**pid1("forged", pid="77"), **forged_restart},
+        # PID 1 records with broken fields: binary unit name, junk counters and ids
+        {**pid1("junk", unit=b"sglang-\xff\xfe.service"), **forged_restart},
+        {**pid1("junk"), "MESSAGE_ID": b"\xff" * 16},
+        {**pid1("junk"), "MESSAGE_ID": EXITED, "EXIT_CODE": b"\x00\xff", "EXIT_STATUS": b"\x1b[31m9"},
+        # binary and hostile lines of the watched unit, before and inside the traceback
+        line(b"invalid utf-8 \xff\xfe\xc0\x80 and NUL \x00 and \x1b[31mANSI\x1b[0m \x1b]0;title\x07 \xc2\x9b2J"),
+        line(b"\xf0\x9f" * (1 << 19)),  # 1 MB of cut-off UTF-8 sequences
+        line("M" * (1 << 20)),
+        line(b"", BLOB=b"\x00\x01\x02"),
+        line("a process with a PID that is not a number", pid=b"12ab"),
+        line("a process with an empty PID", pid=b""),
+        {"_TRANSPORT": "stdout", "_SYSTEMD_UNIT": UNIT, "MESSAGE": "no _PID at all"},
+        {"_TRANSPORT": "stdout", "_SYSTEMD_UNIT": UNIT, "_PID": "4242"},  # no MESSAGE
+        *(line(text.encode() + (b" \xff\x00\x1b[0m" if "File" in text else b"")) for text in TRACEBACK[:-2]),
+        line(b"\x1b[1;31m" + DSV4.encode() + b"\x1b[0m\x00\xff"),
+        line(""),
+        # what PID 1 really wrote: one crash, one restart
+        pid1(f"{UNIT}: Main process exited, code=killed, status=9/KILL", MESSAGE_ID=EXITED, EXIT_CODE="killed",
+             EXIT_STATUS="9"),
+        pid1(f"{UNIT}: Failed with result 'signal'.", MESSAGE_ID=FAILED, UNIT_RESULT="signal"),
+        pid1(f"{UNIT}: Scheduled restart job, restart counter is at 1.", MESSAGE_ID=RESTART, N_RESTARTS="1"),
+    ]
+
+
+@needs_journal_remote
+def test_journal_file_with_forgeries_and_binary_fields_reads_without_error(tmp_path: Path) -> None:
+    path = write_journal(tmp_path, hostile_journal_entries())
+    source = JournalSource(UnitFilter([WatchRule("sglang*.service")]), files=[str(path)])
+    source.seek_head()
+    events = []
+    while True:
+        events.extend(source.read(7))  # small batches: state carried across reads
+        if source.at_end:
+            break
+    lifecycle = [e for e in events if isinstance(e, LifecycleRecord) and e.unit == UNIT]
+    lines = [e for e in events if isinstance(e, LogLine)]
+    # what PID 1 wrote about the unit, and nothing the unit itself or another scope wrote
+    assert [(r.kind, r.n_restarts) for r in lifecycle] == [
+        (Lifecycle.EXITED, None), (Lifecycle.EXITED, None), (Lifecycle.FAILED, None), (Lifecycle.RESTART_SCHEDULED, 1)]
+    assert (lifecycle[0].exit_code, lifecycle[0].exit_status) == ("\x00\ufffd", "\x1b[31m9")  # PID 1's, junk or not
+    assert (lifecycle[1].exit_code, lifecycle[1].exit_status) == ("killed", "KILL")
+    # every line of the unit is read, as text, cut to a bounded size
+    assert max(len(e.text) for e in lines) <= 16 * 1024
+    assert any("\ufffd" in e.text for e in lines)
+    assert source.stats.errors == 0
+
+
+@needs_journal_remote
+def test_diagnose_file_on_a_hostile_journal(tmp_path: Path) -> None:
+    path = write_journal(tmp_path, hostile_journal_entries())
+    result = subprocess.run([*CRASHDOC, "diagnose", "--json", "--file", str(path)], capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert "Traceback" not in result.stderr
+    [d] = json.loads(result.stdout)["diagnoses"]
+    assert d["unit"] == UNIT and d["signature"] == "dsv4-hicache-size-unsupported"
+    assert d["restarts"] == 1  # PID 1's N_RESTARTS, never the forged 99
+    assert d["root_cause"]["line"].startswith(DSV4)
+    assert_sensible(json.dumps(d, ensure_ascii=False))
+    text = subprocess.run([*CRASHDOC, "diagnose", "--file", str(path)], capture_output=True, text=True, timeout=120)
+    assert text.returncode == 0 and DSV4 in text.stdout
+    assert_sensible(text.stdout)
+
+
+def assert_sensible(text: str, limit: int = 64 * 1024) -> None:
+    """Output a terminal can show: no escapes or control characters from the log, and bounded."""
+    bad = [ch for ch in TERMINAL_HOSTILE if ch in text]
+    assert not bad, (bad, text[:2000])
+    assert len(text) < limit, len(text)
+
+
+# --- pasted logs ----------------------------------------------------------------------------------
+
+
+def hostile_logs() -> dict[str, bytes]:
+    """Pasted logs wrapped in colours, with NUL, C1 and invalid bytes and 1 MB lines: SGLang's traceback in
+    one, argparse's one-line error (a line signature, whose capture lands in the fix) in the other."""
+    junk = [
+        b"\x1b[32m[2026-05-01 12:00:01] Load weight begin.\x1b[0m \x00\x07\x08",
+        b"invalid utf-8 \xff\xfe\xc0\x80 then an OSC title \x1b]0;pwned\x07 and a C1 CSI \xc2\x9b2J",
+        b"Z" * (1 << 20),
+    ]
+    traceback = [
+        *junk,
+        *(t.encode() + (b"\x00\x1b[0m" if "File" in t else b"") for t in TRACEBACK[:-2]),
+        b"\x1b[1;31m" + DSV4.encode() + b"\x1b[0m\x00\xff" + b"A" * (1 << 20),
+        b"",
+    ]
+    argparse = [*junk, b"sglang serve: error: unrecognized arguments: --foo \x1b]0;pwned\x07\x1b[2J\x1b[31mRED"
+                b"\x00\xc2\x9b\r\x7f"]
+    return {"traceback.log": b"\n".join(traceback) + b"\n", "argparse.log": b"\n".join(argparse) + b"\n"}
+
+
+@pytest.mark.parametrize("as_json", [False, True], ids=["text", "json"])
+def test_explain_shows_hostile_logs_as_sensible_text(tmp_path: Path, as_json: bool) -> None:
+    for name, data in hostile_logs().items():
+        (tmp_path / name).write_bytes(data)
+    files = [str(tmp_path / name) for name in hostile_logs()]
+    result = subprocess.run([*CRASHDOC, "explain", *files, *(["--json"] if as_json else [])],
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 0, result.stderr
+    assert_sensible(result.stdout, limit=2 * 64 * 1024)
+    assert DSV4 in result.stdout
+    assert "unrecognized arguments: --foo RED" in result.stdout and "pwned" not in result.stdout  # escapes: gone
+    if as_json:
+        found = {d["signature"]: d for doc in map(json.loads, result.stdout.splitlines()) for d in doc["diagnoses"]}
+        assert set(found) == {"dsv4-hicache-size-unsupported", "argparse-unrecognized-arguments"}
+        assert found["dsv4-hicache-size-unsupported"]["root_cause"]["line"].startswith(DSV4 + "\ufffd")
+        assert found["argparse-unrecognized-arguments"]["captures"]["args"] == "--foo RED"
+
+
+# --- the assembler's bounds on input built to exhaust them -------------------------------------------
+
+
+def assemble(lines: Iterator[str]) -> list:
+    from crashdoc.assembly.traceback import TracebackAssembler
+
+    assembler = TracebackAssembler()
+    out = []
+    for text in lines:
+        out.extend(assembler.feed(LogLine(UNIT, 7, text, 1.0, "inv")))
+    return out + assembler.flush()
+
+
+def test_a_message_of_many_long_lines_is_bounded() -> None:
+    def lines() -> Iterator[str]:
+        yield from TRACEBACK[:-1]
+        for i in range(200):
+            yield f"detail {i} " + "x" * 16_000
+
+    [tb] = assemble(lines())
+    assert tb.final.message.startswith(DSV4.removeprefix("ValueError: ")) and tb.truncated
+    assert len(tb.final.message) <= 2 * 16 * 1024 and len(tb.text) <= 16 * 1024
+
+
+def test_a_million_blank_lines_inside_a_record_are_not_kept() -> None:
+    def lines() -> Iterator[str]:
+        yield from TRACEBACK[:-1]
+        yield from ("" for _ in range(1_000_000))
+        yield "and one more line of message"
+
+    [tb] = assemble(lines())
+    assert len(tb.final.message.split("\n")) <= 81
+
+
+def test_a_chain_of_ten_thousand_exceptions_keeps_its_ends() -> None:
+    def lines() -> Iterator[str]:
+        for i in range(10_000):
+            if i:
+                yield from ("", "During handling of the above exception, another exception occurred:", "")
+            yield from ("Traceback (most recent call last):", f'  File "/x/m{i}.py", line {i}, in f{i}',
+                        f"KeyError: {i}")
+        yield "[2026-05-01 12:00:04] next record"
+
+    [tb] = assemble(lines())
+    assert len(tb.chain) <= 16 and tb.truncated
+    assert tb.chain[0].message == "0" and tb.final.message == "9999"  # the first cause and what was raised
+
+
+# --- a million hostile messages through the engine --------------------------------------------------
+
+PIECES = (
+    "Traceback (most recent call last):", "[2026-05-01 12:00:03 TP0] ", "Scheduler hit an exception: ",
+    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 6361, in run',
+    '  File "', "    scheduler = Scheduler(", "    ^^^^^^^", "ValueError: ", "RuntimeError", DSV4,
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB",
+    "During handling of the above exception, another exception occurred:",
+    "The above exception was the direct cause of the following exception:", "Exception in thread T-1 (w):",
+    "The server is fired up and ready to roll!", "server_args={'model_path': 'x', 'tp_size': 8, 'a': [1, {",
+    "Received sigquit from a child process. It usually means one child failed.", "kill_process_tree called",
+    "KV Cache is allocated.", "Load weight begin.", "sglang serve: error: unrecognized arguments: ",
+    "[Previous line repeated 996 more times]", "NCCL WARN", "Scheduled restart job, restart counter is at 99.",
+    "Main process exited, code=killed, status=9/KILL", "\x00", "\x1b[31m", "\x1b]0;t\x07", "\x9b", "\ufffd" * 3,
+    "\r", "\t", "\n", "\u2028", "\U0001f600", "é", "'", '"', "(", "{", "[", "$(", "${x}", " ", "", "x" * 1000,
+)
+UNITS = ("sglang-prefill.service", "sglang-decode.service", "sglang-router.service", "other.service")
+KINDS = tuple(Lifecycle)
+
+
+def hostile_pool(rnd: random.Random, size: int) -> list[str]:
+    pool = ["".join(rnd.choice(PIECES) for _ in range(rnd.randint(0, 7))) for _ in range(size)]
+    pool += [rnd.choice(PIECES) * rnd.randint(1, 40) for _ in range(size // 8)]  # repeated pieces
+    pool.append("L" * (48 * 1024))  # journald's LineMax
+    return pool
+
+
+def test_a_million_hostile_messages_through_the_engine() -> None:
+    """Journal-shaped lines (watched and unwatched units, ranks as PIDs, runs as invocations) and PID 1's
+    records with junk in every field, fed as the daemon feeds them, ticked, read and snapshotted: no
+    exception escapes and the engine's state stays bounded. About 20 s on a busy 2-CPU machine."""
+    rnd = random.Random(8)
+    pool = hostile_pool(rnd, 6000)
+    library = load_library(builtin_signature_dirs())
+    engine = Engine(Matcher(library), role_of=lambda unit: None if unit == "other.service" else "any")
+    runs = dict.fromkeys(UNITS, 0)
+    now = 1_800_000_000.0
+    total = 1_000_000
+    started = time.perf_counter()
+    for i in range(total):
+        unit = UNITS[i % 7 % 4]
+        now += 0.001
+        if i % 499 == 0:  # PID 1 speaks, sometimes with junk fields
+            kind = KINDS[rnd.randrange(len(KINDS))]
+            if kind is Lifecycle.STARTED:
+                runs[unit] += 1
+            engine.on_lifecycle(LifecycleRecord(
+                unit, kind, now if i % 3 else 0.0, invocation=f"run{runs[unit]}" if i % 5 else rnd.choice(pool)[:40],
+                n_restarts=rnd.choice([None, 0, 1, 99, 2**62]), exit_code=rnd.choice([None, "killed", "exited", "?"]),
+                exit_status=rnd.choice([None, "9", "KILL", "", "\x00\ufffd", "x" * 500]),
+                result=rnd.choice([None, "signal", "exit-code", "start-limit-hit", "\x1b[2J"]),
+                message=rnd.choice(pool)[:500]))
+            continue
+        engine.on_line(LogLine(unit, 1000 + i % 13, pool[i % len(pool)], now, f"run{runs[unit]}",
+                               pool[(i * 7) % len(pool)][:200] if i % 1000 == 1 else ""))
+        if i % 20_000 == 0:
+            engine.tick(now)
+            engine.events()
+            engine.diagnoses()
+        if i % 250_000 == 0:
+            engine.restore(engine.snapshot())
+    engine.finish()
+    engine.diagnoses()
+    elapsed = time.perf_counter() - started
+    print(f"\n{total:,} hostile messages through the engine in {elapsed:.1f} s ({elapsed / total * 1e6:.1f} us each)")
+    assert engine.assembler.pending <= engine.assembler.limits.max_pending
+    assert set(engine.units()) == set(UNITS[:3])
+    for rec in engine.units().values():
+        assert len(rec.invocations) <= 16 and len(rec.loop.crashes) <= 200
+        for inv in rec.invocations.values():
+            assert len(inv.tracebacks) <= 16
+
+
+# --- work per line grows linearly with the line ------------------------------------------------------
+
+
+def _best_of(fn, arg, rounds: int = 5) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn(arg)
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def _wrapped_header(n: int) -> None:
+    from crashdoc.assembly.traceback import TracebackAssembler
+
+    TracebackAssembler().feed(LogLine(UNIT, 1, "x" * n + " Traceback (most recent call last):"))
+
+
+def _frame_path(n: int) -> None:
+    from crashdoc.assembly.fingerprint import frame_module
+    from crashdoc.events import Frame
+
+    frame_module(Frame("/a" * (n // 2), 1, "f"))
+
+
+def _server_args(n: int) -> None:
+    from crashdoc.assembly.markers import parse_server_args
+
+    parse_server_args("server_args=ServerArgs(" + "a" * n)
+
+
+@pytest.mark.parametrize("work", [_wrapped_header, _frame_path, _server_args], ids=lambda f: f.__name__[1:])
+def test_long_lines_cost_linear_time(work) -> None:
+    """A 16K line (the journal source's cut) costs about 16x a 1K line; these three were quadratic (a 16K
+    frame path took 9 s, a 16K server_args word 3 s, a 16K word before "Traceback" 4 s, blocking the daemon).
+    Relative to the 1K baseline measured here, with room for noise: quadratic would be 256x."""
+    baseline = _best_of(work, 1024)
+    long = _best_of(work, 16 * 1024)
+    assert long < 64 * baseline + 0.005, (baseline, long)
