@@ -23,7 +23,7 @@ import pytest
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine
 from crashdoc.matching.library import builtin_signature_dirs, load_library
-from crashdoc.matching.matcher import Matcher
+from crashdoc.matching.matcher import Facts, Matcher
 from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
 
 CRASHDOC = [sys.executable, "-m", "crashdoc"]
@@ -372,3 +372,113 @@ def test_long_lines_cost_linear_time(work) -> None:
     baseline = _best_of(work, 1024)
     long = _best_of(work, 16 * 1024)
     assert long < 64 * baseline + 0.005, (baseline, long)
+
+
+# --- signature safety: RE2, linear time -------------------------------------------------------------
+
+SIGNATURE_YAML = """\
+signatures:
+- id: {id}
+  title: {id}
+  category: other
+  severity: critical
+  match:
+    {kind}: '{pattern}'
+  fix:
+    summary: nothing to change
+  runbook: a signature written to hang a backtracking engine
+  examples:
+    match:
+    - text: '{example}'
+"""
+
+
+def write_signature(folder: Path, sig_id: str, kind: str, pattern: str, example: str) -> Path:
+    path = folder / f"{sig_id}.yaml"
+    text = SIGNATURE_YAML.format(id=sig_id, kind=kind, pattern=pattern, example=example)
+    if kind == "message":
+        text = text.replace("    message:", "    exception: [ValueError]\n    message:")
+    path.write_text(text)
+    return path
+
+
+def _fastest(fn, rounds: int = 7) -> float:
+    best = float("inf")
+    for _ in range(rounds):
+        started = time.perf_counter()
+        fn()
+        best = min(best, time.perf_counter() - started)
+    return best
+
+
+def test_catastrophic_patterns_match_a_48k_line_in_linear_time(tmp_path: Path) -> None:
+    """(a+)+$ and (x+x+)+y take exponential time in a backtracking engine (Python's re needs a noticeable
+    time on 20 characters); loaded through the real loader next to the built-in library, crashdoc's matcher
+    runs them over a 48K line (journald's LineMax) in about the time a plain pattern takes."""
+    import re
+
+    from crashdoc.events import ExceptionInfo
+
+    folder = tmp_path / "sigs"
+    folder.mkdir()
+    write_signature(folder, "nested-plus-line", "line", "(a+)+$", "aaaa")
+    write_signature(folder, "nested-plus-message", "message", "(x+x+)+y", "xxy")
+    write_signature(folder, "plain-line", "line", "a+b$", "aab")  # the baseline: one pass, no nesting
+    library = load_library([*builtin_signature_dirs(), folder])
+    matcher = Matcher(library)
+    hostile_line = "a" * (48 * 1024 - 1) + "!"  # no match: a backtracking engine tries every split
+    hostile_message = ExceptionInfo("ValueError", "x" * (48 * 1024))
+    # each signature really is in the library, and matches where it should
+    assert matcher.match_line("aaaa").signature_id == "nested-plus-line"
+    assert [m.signature_id for m in matcher.match_exception(ExceptionInfo("ValueError", "xxy"), Facts())] == [
+        "nested-plus-message"]
+
+    baseline = _fastest(lambda: matcher.match_line("a" * (48 * 1024 - 1) + "c"))
+    nested_line = _fastest(lambda: matcher.match_line(hostile_line))
+    nested_message = _fastest(lambda: matcher.match_exception(hostile_message, Facts()))
+    backtracking = _fastest(lambda: re.compile("(a+)+$").search("a" * 19 + "!"), rounds=1)
+    print(f"\n48K line: plain {baseline * 1e3:.2f} ms, (a+)+$ {nested_line * 1e3:.2f} ms, "
+          f"(x+x+)+y {nested_message * 1e3:.2f} ms; Python re, (a+)+$ on 20 characters: {backtracking * 1e3:.0f} ms")
+    assert matcher.match_line(hostile_line) is None and matcher.match_exception(hostile_message, Facts()) == []
+    assert nested_line < 10 * baseline + 0.002, (baseline, nested_line)
+    assert nested_message < 10 * baseline + 0.002, (baseline, nested_message)
+    assert backtracking > nested_line, "the pattern is not catastrophic for a backtracking engine: a weak test"
+
+
+def test_a_48k_line_still_finds_the_real_error_in_a_large_set(tmp_path: Path) -> None:
+    """The line set has a memory budget: a long line must not make it give up silently (RE2's Set returns
+    no match when its DFA runs out of memory)."""
+    folder = tmp_path / "sigs"
+    folder.mkdir()
+    write_signature(folder, "nested-plus-line", "line", "(a+)+$", "aaaa")
+    matcher = Matcher(load_library([*builtin_signature_dirs(), folder]))
+    line = "".join(random.Random(3).choice("ab(){}[]:=., 0123456789") for _ in range(48 * 1024 - 80))
+    line += " sglang serve: error: unrecognized arguments: --frobnicate"
+    assert matcher.match_line(line).signature_id == "argparse-unrecognized-arguments"
+
+
+@pytest.mark.parametrize(
+    ("kind", "pattern", "hint"),
+    [
+        ("line", "(?=worker)worker died", "RE2 has no look-around"),
+        ("line", "(?!ok)error", "RE2 has no look-around"),
+        ("message", "(?<=rank )\\d+ failed", "RE2 has no look-around"),
+        ("message", "(\\w+) and \\1", "RE2 has no back-references"),
+    ],
+)
+def test_patterns_re2_cannot_run_are_rejected_at_load_and_lint_with_file_and_line(
+    tmp_path: Path, kind: str, pattern: str, hint: str
+) -> None:
+    from crashdoc.matching.library import LibraryError
+
+    folder = tmp_path / "sigs"
+    folder.mkdir()
+    path = write_signature(folder, "bad-pattern", kind, pattern, "x")
+    line = 1 + path.read_text().splitlines().index(next(t for t in path.read_text().splitlines() if f"{kind}:" in t))
+    with pytest.raises(LibraryError) as caught:
+        load_library([folder])
+    [problem] = [p for p in caught.value.problems if "bad RE2 pattern" in p.message]
+    assert (problem.file, problem.line) == (str(path), line) and hint in problem.message, problem
+    lint = subprocess.run([*CRASHDOC, "signatures", "lint", str(folder)], capture_output=True, text=True, timeout=120)
+    assert lint.returncode == 1 and "Traceback" not in lint.stderr
+    assert f"{path}:{line}: match.{kind}: bad RE2 pattern: " in lint.stderr and hint in lint.stderr, lint.stderr
