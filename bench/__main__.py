@@ -14,11 +14,12 @@ import argparse
 import json
 import sys
 import time
+import traceback
 from pathlib import Path
 
 from bench.common import ROOT, Results, log
 
-SECTIONS = ("throughput", "scale", "profile", "latency", "memory")
+SECTIONS = ("throughput", "hotpath", "scale", "profile", "latency", "memory")
 
 
 def table(results: Results) -> str:
@@ -53,33 +54,32 @@ def main(argv: list[str] | None = None) -> int:
     results = Results()
     started = time.monotonic()
     js = None
-    if {"throughput", "scale", "profile", "memory"} & set(only):
+    if {"throughput", "hotpath", "scale", "profile", "memory"} & set(only):
         from bench.journal_gen import build
 
         js = build(a.entries)
-    if "throughput" in only:
-        from bench import throughput
 
-        log("throughput ...")
-        throughput.run(js, results, rounds=a.rounds, before_src=a.before_src)
-    if "scale" in only:
-        from bench import scale
+    def section(name: str, step) -> None:
+        if name not in only:
+            return
+        log(f"{name} ...")
+        try:
+            step()
+        except Exception as exc:  # one broken section must not cost the others' numbers
+            traceback.print_exc()
+            results.add(name, "error", type(exc).__name__, ok=False, note=str(exc)[:300])
+        a.results.mkdir(parents=True, exist_ok=True)
+        (a.results / "partial.txt").write_text(table(results) + "\n")
 
-        log("library scale ...")
-        scale.run(js, results, rounds=3, lines=min(200_000, a.entries))
-    if "profile" in only:
-        from bench import profile
+    from bench import hotpath, latency, memory, profile, scale, throughput
 
-        log("profile (py-spy) ...")
-        profile.run(js, results)
-    if "latency" in only:
-        from bench import latency
-
-        latency.run(results, crashes=a.crashes)
-    if "memory" in only:
-        from bench import memory
-
-        memory.run(js, results, flood_seconds=a.flood_seconds, rate=a.flood_rate)
+    section("throughput", lambda: throughput.run(js, results, rounds=a.rounds, before_src=a.before_src))
+    if a.before_src:
+        section("hotpath", lambda: hotpath.run(js, results, a.before_src))
+    section("scale", lambda: scale.run(js, results, rounds=3, lines=min(200_000, a.entries)))
+    section("profile", lambda: profile.run(js, results))
+    section("latency", lambda: latency.run(results, crashes=a.crashes))
+    section("memory", lambda: memory.run(js, results, flood_seconds=a.flood_seconds, rate=a.flood_rate))
     text = table(results)
     elapsed = time.monotonic() - started
     header = f"crashdoc bench, {time.strftime('%Y-%m-%d %H:%M')}, {a.entries:,} entries, {elapsed / 60:.1f} min\n"

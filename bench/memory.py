@@ -93,6 +93,7 @@ def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, f
         status = proc_status(proc.pid)
         m = _metrics(base)
         return {"seconds": seconds, "rss_kib": status.get("VmRSS", 0), "hwm_kib": status.get("VmHWM", 0),
+                "anon_kib": status.get("RssAnon", 0), "file_kib": status.get("RssFile", 0) + status.get("RssShmem", 0),
                 "peak_sampled_kib": peak, "entries": entries,
                 "units_looping": sum(v for k, v in m.items() if k.startswith("crashdoc_unit_crashloop{")),
                 "crashes": sum(v for k, v in m.items() if k.startswith("crashdoc_crashes_total{"))}
@@ -137,14 +138,15 @@ def flood(rate: float = 10_000, seconds: float = 60.0) -> dict[str, object]:
         before = proc_status(pid)
         sandbox.systemctl("start", flood_unit, check=True)
         started = time.monotonic()
-        samples: list[tuple[float, int, float]] = []
+        samples: list[tuple[float, int, float, int]] = []
         recovered_at = None
         while True:
             t = time.monotonic() - started
             m = _metrics(cd.base)
-            rss = proc_status(pid).get("VmRSS", 0)
+            now = proc_status(pid)
+            rss = now.get("VmRSS", 0)
             lag = m.get("crashdoc_journal_lag_seconds", float("nan"))
-            samples.append((t, rss, lag))
+            samples.append((t, rss, lag, now.get("RssAnon", 0)))
             if t > seconds and lag < 1.0 and recovered_at is None:
                 recovered_at = t
             if recovered_at is not None or t > seconds + 120:
@@ -160,6 +162,8 @@ def flood(rate: float = 10_000, seconds: float = 60.0) -> dict[str, object]:
             "rss_max_kib": max(s[1] for s in samples),
             "hwm_kib": status.get("VmHWM", 0),
             "rss_end_kib": status.get("VmRSS", 0),
+            "anon_max_kib": max(s[3] for s in samples),
+            "file_end_kib": status.get("RssFile", 0) + status.get("RssShmem", 0),
             "lag_max": max((s[2] for s in samples if s[2] == s[2]), default=float("nan")),
             "recovered_after_flood": None if recovered_at is None else recovered_at - seconds,
             "flood_entries": int(written or 0),
@@ -193,8 +197,9 @@ def run(js: JournalSet | None, results: Results, flood_seconds: float = 60.0, ra
         results.add("memory", f"after following {f['entries']:,} entries (crashdoc run)",
                     f"{f['rss_kib'] / 1024:.1f} MB RSS, {mb:.1f} MB HWM", f"{mb / (base / 1024):.2f} x baseline",
                     f"<= {LIMIT_MB} MB", mb <= LIMIT_MB,
-                    note=f"caught up in {f['seconds']:.1f} s ({f['entries'] / f['seconds']:,.0f} entries/s); "
-                         f"{f['crashes']:.0f} crashes counted")
+                    note=f"of which {f['anon_kib'] / 1024:.1f} MB anonymous (heap), {f['file_kib'] / 1024:.1f} MB "
+                         f"mapped journal pages; caught up in {f['seconds']:.1f} s ({f['entries'] / f['seconds']:,.0f}"
+                         f" entries/s); {f['crashes']:.0f} crashes counted")
     reason = unavailable_reason()
     if reason is not None:
         results.add("memory", "flood", "skipped", note=f"cannot boot a private systemd: {reason}")
@@ -208,8 +213,9 @@ def run(js: JournalSet | None, results: Results, flood_seconds: float = 60.0, ra
     results.add("memory", f"flood {rate / 1000:.0f}k lines/s x {flood_seconds:.0f} s, others crash-looping",
                 f"{fl['rss_max_kib'] / 1024:.1f} MB max RSS, {mb:.1f} MB HWM",  # type: ignore[operator]
                 f"{mb / (base / 1024):.2f} x baseline", f"<= {LIMIT_MB} MB", mb <= LIMIT_MB,
-                note=f"{fl['flood_entries']:,} flood entries in the journal; loops still diagnosed: "
-                     f"{sum(1 for v in fl['looping'].values() if v == 1.0)}/2")  # type: ignore[union-attr]
+                note=f"max {fl['anon_max_kib'] / 1024:.1f} MB anonymous (heap), {fl['file_end_kib'] / 1024:.1f} MB "
+                     f"mapped journal pages at the end; {fl['flood_entries']:,} flood entries in the journal; "
+                     f"loops still diagnosed: {sum(1 for v in fl['looping'].values() if v == 1.0)}/2")  # type: ignore
     results.add("memory", "journal lag during the flood", f"max {fl['lag_max']:.1f} s",
                 target="recovers", ok=rec is not None,
                 note="back under 1 s " + (f"{rec:.1f} s after the flood ended" if rec is not None else "never (120 s)"))
