@@ -248,7 +248,7 @@ def test_ranks_come_from_the_flags_when_fewer_logged(tmp_path: Path) -> None:
     w = safety_warning(d)
     assert "x 8 ranks = 640.0 GiB" in w
     assert "NUMA nodes 0,1" in w
-    node_sum = gib_after(w, "has")
+    node_sum = gib_after(w, "have")
     assert node_sum == pytest.approx(490.0, abs=0.1)
     ratio = proposed_ratio(w)
     assert ratio == math.floor((node_sum - 10) * 0.9 / 320 * 10) / 10
