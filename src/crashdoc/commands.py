@@ -151,7 +151,7 @@ def _unit_name(name: str) -> str:
 
 def run(args: argparse.Namespace) -> int:
     """The daemon."""
-    from crashdoc.config import ConfigError, load_config
+    from crashdoc.config import ConfigError, load_config, parse_listen
     from crashdoc.daemon import build, log
 
     try:
@@ -169,7 +169,14 @@ def run(args: argparse.Namespace) -> int:
 
         overrides["alertmanager"] = dataclasses.replace(config.alertmanager, url=args.alertmanager_url)
     if args.listen:
+        try:
+            parse_listen(args.listen)
+        except ValueError as exc:
+            raise UserError(f"--listen: {exc}") from exc
         overrides["listen"] = args.listen
+    for option, url in (("--runbook-base-url", args.runbook_base_url), ("--alertmanager-url", args.alertmanager_url)):
+        if url and not url.startswith(("http://", "https://")):
+            raise UserError(f"{option}: must be an http(s) URL, got {url!r}")
     if overrides:
         config = dataclasses.replace(config, **overrides)
     try:
