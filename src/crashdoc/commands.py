@@ -192,6 +192,8 @@ def run(args: argparse.Namespace) -> int:
             ) from exc
         raise
     daemon.notify = sd_notify
+    daemon.config_path = args.config  # SIGHUP reads it again; the options above keep winning
+    daemon.overrides = overrides
     daemon.prepare()
     host, port = http.address
     log(

@@ -8,6 +8,7 @@ engine; this module only moves events between parts and keeps time.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import selectors
 import signal
@@ -20,7 +21,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashdoc.config import Config
+from crashdoc.config import Config, ConfigError, load_config
 from crashdoc.diagnosis.engine import Engine, EngineEvent
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.events import LifecycleRecord, LogLine, UnitState
@@ -42,6 +43,9 @@ BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald 
 IDLE_TIMEOUT = 1.0
 BUSY_PERIOD = 3.0
 SAVE_INTERVAL = 1.0
+# What a configuration reload (SIGHUP) can change while running, and what is kept until a restart
+LIVE_SETTINGS = ("units", "thresholds", "runbook_base_url", "signature_folders", "builtin_signatures")
+RESTART_SETTINGS = ("listen", "state_directory", "journal_directory", "alertmanager", "instance", "dbus")
 RECORDED = frozenset({"loop-started", "loop-updated", "failed", "recovered", "stopped"})  # events with effects
 
 
@@ -75,8 +79,12 @@ class Daemon:
     unit_files: Callable[[UnitState], list[str]] = lambda state: []
     _file_events: deque[tuple[str, str, float]] = field(default_factory=lambda: deque(maxlen=1000))
     notify: Callable[[str], None] = lambda state: None
+    config_path: str | None = None  # `crashdoc run --config FILE`: read again on SIGHUP
+    overrides: dict[str, object] = field(default_factory=dict)  # command-line options: they win over the file
     _stop: bool = False
     _reload_requested: bool = False
+    _config_reload_requested: bool = False
+    _library_watcher: LibraryWatcher | None = None
     _wake_w: int = -1
     _busy_until: float = 0.0
     _last_save: float = 0.0
@@ -190,9 +198,9 @@ class Daemon:
         dbus_fd = self._register_dbus(sel, None)
         for signum in (signal.SIGTERM, signal.SIGINT):
             signal.signal(signum, lambda *_: self.request_stop())
-        signal.signal(signal.SIGHUP, lambda *_: self.request_reload())
-        watcher = LibraryWatcher(self.holder.folders, self.request_reload)
-        watcher.start()
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload(config=True))
+        self._library_watcher = LibraryWatcher(self.holder.folders, self.request_reload)
+        self._library_watcher.start()
         if self.files is not None:
             self.files.start()
         if http is not None:
@@ -210,7 +218,7 @@ class Daemon:
                 self.notify("WATCHDOG=1")
         finally:
             self.notify("STOPPING=1")
-            watcher.stop()
+            self._library_watcher.stop()
             if self.files is not None:
                 self.files.stop()
             if http is not None:
@@ -237,6 +245,9 @@ class Daemon:
                 self._dbus_ready()
         if self._reload_requested:
             self._reload_requested = False
+            if self._config_reload_requested:
+                self._config_reload_requested = False
+                self._reload_config()
             self._reload()
         self._apply_file_events()
         self._drain()
@@ -247,8 +258,10 @@ class Daemon:
         self._stop = True
         self._wake()
 
-    def request_reload(self) -> None:
+    def request_reload(self, config: bool = False) -> None:
+        """A signature file changed (the watcher's thread), or SIGHUP (`config`: the configuration file too)."""
         self._reload_requested = True
+        self._config_reload_requested |= config
         self._wake()
 
     def _wake(self) -> None:
@@ -358,6 +371,64 @@ class Daemon:
         if self.alerts is not None:
             self.alerts.tick()  # type: ignore[attr-defined]
 
+    def _reload_config(self) -> None:
+        """SIGHUP: read the configuration file again. What can change live takes effect now (LIVE_SETTINGS);
+        the rest is kept, and logged, until a restart. An invalid file is rejected with its problems as
+        file:line, counted, and the configuration in use stays."""
+        if self.config_path is None:
+            log("SIGHUP: no configuration file (--config) to read again; reloading the signature library")
+            return
+        try:
+            new = dataclasses.replace(load_config(self.config_path), **self.overrides)
+        except ConfigError as exc:
+            self.health.config_reload_errors += 1
+            self.health.config_reload_ok = False
+            problems = "\n".join(f"  {p}" for p in exc.problems)
+            log(f"configuration reload rejected, the previous configuration stays active:\n{problems}")
+            return
+        old = self.config
+        live = [name for name in LIVE_SETTINGS if getattr(new, name) != getattr(old, name)]
+        later = [name for name in RESTART_SETTINGS if getattr(new, name) != getattr(old, name)]
+        self.config = dataclasses.replace(new, **{name: getattr(old, name) for name in RESTART_SETTINGS})
+        with self.lock:
+            if "thresholds" in live:
+                self.engine.thresholds = new.thresholds
+                for rec in self.engine.units().values():
+                    rec.loop.thresholds = new.thresholds
+            if "units" in live:
+                self._rewatch(new)
+        if "signature_folders" in live or "builtin_signatures" in live:
+            self.holder.folders = library_folders(new)
+            if self._library_watcher is not None:
+                self._library_watcher.stop()
+                self._library_watcher = LibraryWatcher(self.holder.folders, self.request_reload)
+                self._library_watcher.start()
+        self.health.config_reloads += 1
+        self.health.config_reload_ok = True
+        log(f"configuration reloaded from {self.config_path}: "
+            + (", ".join(live) + " changed" if live else "nothing that applies live changed"))
+        for name in later:
+            log(f"{name} changed in {self.config_path}: it takes effect when crashdoc restarts "
+                f"(still {getattr(old, name)!r})")
+
+    def _rewatch(self, config: Config) -> None:
+        """New watch rules: units no longer watched are forgotten (their metrics and alerts go), the roles of
+        the others follow the rules, and newly watched units are looked up on D-Bus (their lines count from
+        now on)."""
+        self.source.rewatch(config.units)
+        role_of = self.source.units.role_of
+        units = self.engine.units()
+        for name in [n for n in units if role_of(n) is None]:
+            del units[name]
+            if self.files is not None:
+                self.files.set_unit_files(name, [])
+        for name, rec in units.items():
+            rec.role = role_of(name) or rec.role
+        if self.watcher is not None and self.watcher.up:
+            for unit in self.watcher.discover():
+                self.engine.watch(unit)
+                self._refresh_unit(unit)
+
     def _reload(self) -> None:
         with self.lock:
             self.holder.reload()
@@ -460,11 +531,7 @@ def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpSer
     """Assemble a daemon from a configuration (the CLI's `run`)."""
     from crashdoc.diagnosis.fixes import unit_files, unit_fix_synthesizer, unit_flags
 
-    folders = [
-        *(builtin_signature_dirs() if config.builtin_signatures else []),
-        *(Path(f) for f in config.signature_folders),
-    ]
-    holder = LibraryHolder(folders, log=log)
+    holder = LibraryHolder(library_folders(config), log=log)
     own = _own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
     engine = Engine(
@@ -490,6 +557,13 @@ def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpSer
     host, port = _parse(listen or config.listen)
     http = HttpServer(_ViewAdapter(daemon), host, port)
     return daemon, http
+
+
+def library_folders(config: Config) -> list[Path]:
+    return [
+        *(builtin_signature_dirs() if config.builtin_signatures else []),
+        *(Path(f) for f in config.signature_folders),
+    ]
 
 
 def _parse(listen: str) -> tuple[str, int]:

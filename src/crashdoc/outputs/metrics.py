@@ -50,6 +50,9 @@ class Health:
     signatures_loaded: int = 0
     signature_reload_errors: int = 0
     signature_reloads: int = 0
+    config_reloads: int = 0  # SIGHUP reloads of the configuration file that took effect
+    config_reload_errors: int = 0  # rejected ones: the previous configuration stays active
+    config_reload_ok: bool = True  # the last reload was taken (or there was none)
     state_writable: bool = True
     state_write_errors: int = 0
     alerts_sent: int = 0
@@ -181,6 +184,19 @@ class CrashdocCollector(Collector):
         )
         yield CounterMetricFamily(
             "crashdoc_signature_reloads", "library reloads that took effect", value=h.signature_reloads
+        )
+        yield CounterMetricFamily(
+            "crashdoc_config_reloads", "configuration reloads (SIGHUP) that took effect", value=h.config_reloads
+        )
+        yield CounterMetricFamily(
+            "crashdoc_config_reload_errors",
+            "configuration reloads rejected (the previous configuration stays active)",
+            value=h.config_reload_errors,
+        )
+        yield GaugeMetricFamily(
+            "crashdoc_config_last_reload_successful",
+            "0 after a rejected configuration reload, until one is taken",
+            value=float(h.config_reload_ok),
         )
         yield GaugeMetricFamily(
             "crashdoc_state_writable", "1 when the cursor can be saved", value=float(h.state_writable)

@@ -412,6 +412,13 @@ class JournalSource:
     def close(self) -> None:
         self.reader.close()
 
+    def rewatch(self, rules: Sequence[WatchRule]) -> None:
+        """The configuration changed which units are watched (SIGHUP): decide every unit again. The filter
+        is shared with the engine and the D-Bus watcher, so it changes in place."""
+        self.units.rules = tuple(rules)
+        self.units._cache.clear()
+        self._roles.clear()
+
 
 def _optional(get, name: str) -> str | None:
     try:
