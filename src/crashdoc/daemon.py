@@ -512,6 +512,8 @@ class Daemon:
         ok = self.store.save(cursor, blob=blob)
         if not ok and self.health.state_writable:
             log(f"{self.store.last_error}; diagnosing in memory only")
+        elif ok and not self.health.state_writable:
+            log(f"the state is saved again in {self.store.directory}")
         self.health.state_writable = ok
         self.health.state_write_errors = self.store.write_errors
         self._last_save = now
