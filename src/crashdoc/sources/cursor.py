@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 import os
 import time
 from dataclasses import dataclass, field
@@ -59,7 +60,9 @@ class CursorStore:
                 raise ValueError("bad data")
             blob = base64.b64decode(doc.get("engine") or "", validate=True)
             saved_at = float(doc.get("saved_at") or 0.0)
-        except (ValueError, UnicodeDecodeError, binascii.Error) as exc:
+            if not math.isfinite(saved_at):
+                raise ValueError("bad saved_at")
+        except (ValueError, TypeError, RecursionError, UnicodeDecodeError, binascii.Error) as exc:  # any damage
             return SavedState(warning=f"{self.path} is unreadable ({exc}); starting at the journal's end")
         self.last_saved = cursor
         return SavedState(cursor=cursor, data=data, blob=blob, saved_at=saved_at)
