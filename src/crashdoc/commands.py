@@ -80,6 +80,9 @@ def diagnose(args: argparse.Namespace) -> int:
     rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
     units = UnitFilter(rules)
     library = load_library_or_fail(args.signatures)
+    problems = [p for p in map(journal_file_problem, args.file or ()) if p]
+    if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
+        raise UserError("\ncrashdoc: ".join(problems))
     try:
         source = JournalSource(units, directory=args.directory, files=args.file)
     except (OSError, FileNotFoundError) as exc:
@@ -147,6 +150,25 @@ def diagnose(args: argparse.Namespace) -> int:
 
 def _unit_name(name: str) -> str:
     return name if "." in name else f"{name}.service"
+
+
+JOURNAL_MAGIC = b"LPKSHHRH"  # the first bytes of every journal file (systemd's journal-def.h)
+
+
+def journal_file_problem(path: str) -> str | None:
+    """Why `path` cannot be read as a journal file, in words; None when it looks like one."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(JOURNAL_MAGIC))
+    except IsADirectoryError:
+        return f"{path} is a folder: use --directory {path}"
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if not head:
+        return f"{path} is empty, not a journal file"
+    if head != JOURNAL_MAGIC:
+        return f"{path} is not a journal file (a text log? use `crashdoc explain {path}`)"
+    return None
 
 
 def run(args: argparse.Namespace) -> int:
