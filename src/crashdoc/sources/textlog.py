@@ -7,6 +7,7 @@ text has no PIDs: it is read as one stream, which is how SGLang's own log files 
 
 from __future__ import annotations
 
+import errno
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
@@ -107,10 +108,38 @@ def _timestamp(fmt: str, raw: str) -> float:
 
 
 def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> Iterator[tuple[str, str]]:
-    """Yield (name, text) for each path, `-` meaning standard input; undecodable bytes are replaced."""
+    """Yield (name, text) for each path, `-` meaning standard input; undecodable bytes are replaced.
+
+    A file that is no text log (a journal file, a compressed log, binary data, nothing at all) raises
+    OSError saying what it is and what to run instead, rather than giving "No failure found."
+    """
     for path in paths:
         if path == "-":
             yield "-", stdin_text or ""
             continue
         with open(path, "rb") as handle:
-            yield path, handle.read().decode("utf-8", "replace")
+            data = handle.read()
+        problem = not_text(data, path)
+        if problem is not None:
+            raise OSError(errno.EINVAL, problem, path)
+        yield path, data.decode("utf-8", "replace")
+
+
+_COMPRESSED = ((b"\x1f\x8b", "gzip", "zcat"), (b"\xfd7zXZ\x00", "xz", "xzcat"), (b"(\xb5/\xfd", "zstd", "zstdcat"),
+               (b"BZh", "bzip2", "bzcat"))
+
+
+def not_text(data: bytes, path: str) -> str | None:
+    """What `data` is when it is no text log; None for text (stray NUL or invalid bytes in a log are fine)."""
+    if not data:
+        return "empty file, nothing to diagnose"
+    if data.startswith(b"LPKSHHRH"):  # journal-def.h's signature
+        return f"a journal file, not a text log: use `crashdoc diagnose --file {path}`"
+    for magic, kind, tool in _COMPRESSED:
+        if data.startswith(magic):
+            return f"{kind}-compressed: `{tool} {path} | crashdoc explain -`"
+    text = data[:65536].decode("utf-8", "replace")
+    odd = text.count("\ufffd") + sum(1 for ch in text if ch < "\x20" and ch not in "\t\n\r\x1b")
+    if odd > len(text) // 10:
+        return "binary data, not a text log"
+    return None
