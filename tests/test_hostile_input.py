@@ -165,6 +165,25 @@ def test_diagnose_file_on_a_hostile_journal(tmp_path: Path) -> None:
     assert_sensible(text.stdout)
 
 
+@needs_journal_remote
+def test_escapes_in_a_units_output_never_reach_the_terminal(tmp_path: Path) -> None:
+    """A unit prints escape sequences (title, screen clear, OSC, C1 CSI) on the line a line signature
+    matches; its capture lands in the fix. `diagnose` shows the text without them."""
+    path = write_journal(tmp_path, [
+        line(b"sglang serve: error: unrecognized arguments: --foo \x1b]0;pwned\x07\x1b[2J\x1b[31mRED\x1b[0m\xc2\x9b"
+             b"\x08\r"),
+        pid1(f"{UNIT}: Main process exited, code=exited, status=2/INVALIDARGUMENT", MESSAGE_ID=EXITED,
+             EXIT_CODE="exited", EXIT_STATUS="2"),
+        pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
+    ])
+    for args in ([], ["--json"]):
+        result = subprocess.run([*CRASHDOC, "diagnose", "--file", str(path), *args], capture_output=True, text=True,
+                                timeout=120)
+        assert result.returncode == 0, result.stderr
+        assert "unrecognized arguments: --foo RED" in result.stdout and "pwned" not in result.stdout
+        assert_sensible(result.stdout)
+
+
 def assert_sensible(text: str, limit: int = 64 * 1024) -> None:
     """Output a terminal can show: no escapes or control characters from the log, and bounded."""
     bad = [ch for ch in TERMINAL_HOSTILE if ch in text]

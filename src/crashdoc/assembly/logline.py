@@ -25,6 +25,18 @@ def clean(text: str) -> str:
     return text
 
 
+_TERMINAL = re.compile(r"[\x01-\x08\x0b-\x1f\x7f-\x9f]")  # the controls a terminal obeys (it ignores NUL)
+
+
+def terminal_safe(text: str) -> str:
+    """What the journal source keeps of a line: escape sequences and the control characters a terminal
+    would obey are dropped (a unit's output reaches the on-call engineer's terminal through a diagnosis);
+    tabs, NUL and invalid bytes (U+FFFD) stay as read."""
+    if "\x1b" in text:
+        text = _ANSI.sub("", text)
+    return _TERMINAL.sub("", text)
+
+
 def split_prefix(text: str) -> tuple[bool, str, str]:
     """Return (has_prefix, rank, body) for one line."""
     if text.startswith("["):

@@ -18,6 +18,7 @@ from datetime import datetime
 
 from systemd import journal
 
+from crashdoc.assembly.logline import terminal_safe
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine
 from crashdoc.sources.lifecycle import (
     COREDUMP_MESSAGE_ID,
@@ -236,6 +237,8 @@ class JournalSource:
                         if len(message) <= MAX_MESSAGE_CHARS
                         else message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
                     )
+                    if not text.isprintable():
+                        text = terminal_safe(text)
                     lines += 1
                     append(LogLine(process[0], process[1], text, realtime() / 1e6, process[2], cmdline))
                     continue
@@ -278,6 +281,8 @@ class JournalSource:
             if len(message) <= MAX_MESSAGE_CHARS
             else message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
         )
+        if not text.isprintable():
+            text = terminal_safe(text)
         self.stats.lines += 1
         return LogLine(process[0], process[1], text, realtime() / 1e6, process[2], cmdline)
 
