@@ -33,12 +33,13 @@ from crashdoc.outputs.journal_records import JournalRecorder, recorded_event_ids
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
 from crashdoc.outputs.redact import redact
 from crashdoc.outputs.render import diagnoses_json
-from crashdoc.sources.cursor import CursorStore
+from crashdoc.sources.cursor import CursorStore, entries_between
 from crashdoc.sources.files import UnitFilesWatcher
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.sources.units import UnitWatcher
 
-BATCH = 2000  # journal entries per read; the loop checks timers and signals between batches
+BATCH = 2000  # journal entries per read
+DRAIN_BUDGET = 0.5  # seconds of reading before ticks, D-Bus and wake-ups get a turn (a flood, a backlog)
 BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald delays wake-ups up to 250 ms)
 IDLE_TIMEOUT = 1.0
 BUSY_PERIOD = 3.0
@@ -46,6 +47,7 @@ SAVE_INTERVAL = 1.0
 # What a configuration reload (SIGHUP) can change while running, and what is kept until a restart
 LIVE_SETTINGS = ("units", "thresholds", "runbook_base_url", "signature_folders", "builtin_signatures")
 RESTART_SETTINGS = ("listen", "state_directory", "journal_directory", "alertmanager", "instance", "dbus")
+LAG_PROBE_INTERVAL = 1.0  # while behind, look up the newest entry's time this often (for the lag metric)
 RECORDED = frozenset({"loop-started", "loop-updated", "failed", "recovered", "stopped"})  # events with effects
 
 
@@ -87,7 +89,10 @@ class Daemon:
     _library_watcher: LibraryWatcher | None = None
     _wake_w: int = -1
     _busy_until: float = 0.0
+    _behind: bool = False  # the last drain stopped for its time budget: more to read at once
+    _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
     _last_save: float = 0.0
+    _lag_probe_at: float = 0.0
     _dirty: bool = False
     _registry: object | None = None
     _stderr_is_journal: bool = field(default_factory=stderr_is_journal)
@@ -125,6 +130,8 @@ class Daemon:
             "dbus_up": h.dbus_up,
             "journal_lag_seconds": h.journal_lag_seconds,
             "journal_last_entry_timestamp": h.journal_last_entry_timestamp,
+            "journal_entries_skipped": h.journal_entries_skipped,
+            "journal_read_errors": h.journal_read_errors,
             "signatures_loaded": h.signatures_loaded,
             "state_writable": h.state_writable,
             "last_state_error": self.store.last_error,
@@ -147,18 +154,25 @@ class Daemon:
             log(saved.warning)
         resumed = bool(saved.cursor) and self.source.seek_cursor(saved.cursor or "")
         if resumed:
+            if self.source.cursor_gone:
+                log(
+                    "the saved journal position is gone (rotated away and vacuumed while crashdoc was not "
+                    "running, or a new journal): going on with the oldest entry after it"
+                )
             self._restore(saved.blob, saved.saved_at)
         else:
             if saved.cursor:
-                log("the saved cursor is no longer in the journal; starting at its end")
+                log("the saved cursor cannot be used; starting at the journal's end")
             self.source.seek_tail()
         if self.watcher is not None:
             if self.watcher.connect():
                 self.health.dbus_up = True
                 for unit in self.watcher.discover():
                     self.engine.watch(unit)
-                    self._refresh_unit(unit)
-                    if not resumed:
+                    if resumed:
+                        self._stale.add(unit)  # D-Bus says "now": after the backlog since the cursor
+                    else:
+                        self._refresh_unit(unit)
                         self._catch_up(unit)
             else:
                 log(f"{self.watcher.last_error}; working from the journal alone until it comes back")
@@ -207,7 +221,7 @@ class Daemon:
             http.start()
         self.notify("READY=1\nSTATUS=watching " + ", ".join(r.pattern for r in self.config.units))
         try:
-            self._drain()
+            self._behind = not self._drain()
             while not self._stop:
                 try:
                     dbus_fd = self._iteration(sel, wake_r, dbus_fd)
@@ -232,7 +246,7 @@ class Daemon:
 
     def _iteration(self, sel: selectors.BaseSelector, wake_r: int, dbus_fd: int | None) -> int | None:
         """One turn of the loop: wait for the journal, D-Bus or a wake-up, then catch up."""
-        timeout = BUSY_TIMEOUT if time.monotonic() < self._busy_until else IDLE_TIMEOUT
+        timeout = 0.0 if self._behind else BUSY_TIMEOUT if time.monotonic() < self._busy_until else IDLE_TIMEOUT
         for key, _ in sel.select(timeout):
             if key.data == "wake":
                 try:
@@ -250,7 +264,7 @@ class Daemon:
                 self._reload_config()
             self._reload()
         self._apply_file_events()
-        self._drain()
+        self._behind = not self._drain()
         self._tick()
         return self._register_dbus(sel, dbus_fd)
 
@@ -272,10 +286,18 @@ class Daemon:
 
     # --- the loop's steps ----------------------------------------------------------------
 
-    def _drain(self) -> None:
-        """Read everything the journal has, batch by batch; decisions and the cursor saved, then effects."""
+    def _drain(self) -> bool:
+        """Read what the journal has, batch by batch; decisions and the cursor saved, then effects.
+
+        True once caught up; False when it stopped for its time budget with more to read, so that
+        a flood or a long backlog does not starve the ticks (quiet tracebacks, ended runs, recovery)
+        and D-Bus: the loop then comes straight back.
+        """
+        deadline = time.monotonic() + DRAIN_BUDGET
         while not self._stop:
+            before, entries, errors = self.source.cursor, self.source.stats.entries, self.source.stats.errors
             events = self.source.read(BATCH)
+            self._account(before, entries, errors)
             if events:
                 with self.lock:
                     for event in events:
@@ -283,22 +305,38 @@ class Daemon:
                             self.engine.on_line(event)
                         else:
                             self._on_lifecycle(event)
-                effects = self._act()
                 self._busy_until = time.monotonic() + BUSY_PERIOD
-            else:
-                effects = False
+            if self.source.at_end and self._stale:
+                self._refresh_stale()
+            effects = self._act()
             if self.source.cursor != self.store.last_saved:
                 self._dirty = True
             self._update_journal_health()
             self._save(force=effects)  # right after effects: a kill now would redo as little as possible
             if self.source.at_end:
-                return
+                return True
+            if time.monotonic() >= deadline:
+                return False
             self.notify("WATCHDOG=1")  # a long backlog (start-up, a flood) is progress, not a hang
+        return True
 
     def _on_lifecycle(self, record: LifecycleRecord) -> None:
         self.engine.on_lifecycle(record)
-        if self.watcher is not None and self.watcher.up:
-            self._refresh_unit(record.unit)
+        if self.watcher is not None:
+            self._stale.add(record.unit)
+
+    def _refresh_stale(self) -> None:
+        """Read the units D-Bus or PID 1 said something about, now that the journal is caught up.
+
+        D-Bus tells how things are now, the journal how they came to be: applied to an engine still
+        replaying a backlog (a restart, a flood), "now" lands before the past and the past is then
+        misread (a stopped unit's old crashes start a new loop, which the stop then ends again).
+        """
+        if self.watcher is None or not self.watcher.up:
+            return
+        with self.lock:
+            while self._stale and self.watcher.up:
+                self._refresh_unit(self._stale.pop())
 
     def _refresh_unit(self, unit: str) -> None:
         assert self.watcher is not None
@@ -327,13 +365,13 @@ class Daemon:
         changed = self.watcher.process()
         self.health.dbus_up = self.watcher.up
         if changed:
-            # systemd tells D-Bus at once, journald wakes readers up to 250 ms later: read now
-            self._drain()
+            # systemd tells D-Bus at once, journald wakes readers up to 250 ms later: read now (the drain
+            # reads the changed units over D-Bus once caught up with the journal)
             with self.lock:
                 for unit in changed:
                     self.engine.watch(unit)
-                    self._refresh_unit(unit)
-            self._act()
+            self._stale |= changed
+            self._behind = not self._drain()
             self._busy_until = time.monotonic() + BUSY_PERIOD
 
     def _register_dbus(self, sel: selectors.BaseSelector, current: int | None) -> int | None:
@@ -351,7 +389,7 @@ class Daemon:
                 with self.lock:
                     for unit in self.watcher.discover():
                         self.engine.watch(unit)
-                        self._refresh_unit(unit)
+                        self._stale.add(unit)  # read once the journal is caught up
             self.health.dbus_up = self.watcher.up
         fd = self.watcher.fileno() if self.watcher.up else None
         if fd is not None and fd != current:
@@ -365,8 +403,11 @@ class Daemon:
         return current
 
     def _tick(self) -> None:
+        # while a backlog is read, it is the journal's time, not the clock's: a run in the backlog must not
+        # look as old as the clock says (recovered, a traceback quiet, an ended run settled too soon)
+        now = self.source.stats.last_timestamp if self._behind and self.source.stats.last_timestamp else time.time()
         with self.lock:
-            self.engine.tick(time.time())
+            self.engine.tick(now)
         self._act()
         if self.alerts is not None:
             self.alerts.tick()  # type: ignore[attr-defined]
@@ -469,6 +510,8 @@ class Daemon:
                 elif self.recorder.last_error:
                     log(self.recorder.last_error)
                     self.recorder.last_error = ""
+                else:
+                    continue  # handed out again after a restart and already in the journal: done before
                 quiet = recorded and self._stderr_is_journal  # the record is already in the journal
                 if event.kind in ("loop-started", "failed") and event.diagnosis is not None:
                     crash_at = event.diagnosis.timestamp or event.at
@@ -485,20 +528,34 @@ class Daemon:
     def _active_alerts(self) -> dict[str, object]:
         return {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
 
+    def _account(self, before: str | None, entries: int, errors: int) -> None:
+        """Say what one read skipped: entries gone before they could be read (their sequence numbers
+        jump: rotated away and vacuumed, a file dropped), and entries that could not be read."""
+        stats = self.source.stats
+        written = entries_between(before, self.source.cursor)
+        gone = 0 if written is None else written - (stats.entries - entries)
+        if gone > 0:
+            self.health.journal_entries_skipped += gone
+            log(f"{gone} journal entries were gone before they could be read (rotated away and vacuumed?)")
+        if stats.errors > errors:
+            log(f"skipped {stats.errors - errors} unreadable journal entries ({stats.last_error})")
+
     def _update_journal_health(self) -> None:
+        """The journal's vital signs. The lag is how far the entry read last is behind the newest one
+        written: 0 once caught up; while behind, the newest entry's time is looked up (a second reader)."""
         stats = self.source.stats
         h = self.health
         h.journal_entries_read = stats.entries
         h.journal_read_errors = stats.errors
         if stats.last_timestamp:
             h.journal_last_entry_timestamp = stats.last_timestamp
-        h.journal_lag_seconds = (
-            0.0
-            if not stats.last_timestamp
-            else max(0.0, time.time() - stats.last_timestamp)
-            if (time.monotonic() < self._busy_until)
-            else 0.0
-        )
+        if self.source.at_end or not stats.last_timestamp:
+            h.journal_lag_seconds = 0.0
+        elif time.monotonic() >= self._lag_probe_at:
+            self._lag_probe_at = time.monotonic() + LAG_PROBE_INTERVAL
+            newest = self.source.newest_timestamp()
+            if newest is not None:
+                h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
     def _save(self, force: bool = False) -> None:
         now = time.monotonic()
