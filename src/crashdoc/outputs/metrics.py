@@ -47,6 +47,7 @@ class Health:
     journal_lag_seconds: float = 0.0
     journal_entries_read: int = 0
     journal_read_errors: int = 0
+    journal_entries_skipped: int = 0  # gone before they could be read (rotated away and vacuumed)
     signatures_loaded: int = 0
     signature_reload_errors: int = 0
     signature_reloads: int = 0
@@ -173,6 +174,11 @@ class CrashdocCollector(Collector):
         yield CounterMetricFamily("crashdoc_journal_entries_read", "journal entries read", value=h.journal_entries_read)
         yield CounterMetricFamily(
             "crashdoc_journal_read_errors", "journal entries that could not be read", value=h.journal_read_errors
+        )
+        yield CounterMetricFamily(
+            "crashdoc_journal_entries_skipped",
+            "journal entries gone before they could be read (rotated away and vacuumed)",
+            value=h.journal_entries_skipped,
         )
         yield GaugeMetricFamily(
             "crashdoc_signatures_loaded", "signatures in the active library", value=h.signatures_loaded

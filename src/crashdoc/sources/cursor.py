@@ -107,3 +107,25 @@ class CursorStore:
         self.writable = True
         self.last_saved = cursor
         return True
+
+
+def entries_between(older: str | None, newer: str | None) -> int | None:
+    """How many entries journald wrote after the one at `older`, up to the one at `newer`.
+
+    From the cursors' sequence numbers (`s=` numbers journald's entries, one counter for all its
+    files): more than the entries actually read means some were gone before they could be read
+    (rotated away and vacuumed, a journal file dropped). None when the two cannot be compared.
+    """
+    a, b = _cursor_fields(older), _cursor_fields(newer)
+    if a.get("s") is None or a.get("s") != b.get("s"):
+        return None
+    try:
+        return int(b["i"], 16) - int(a["i"], 16)
+    except (KeyError, ValueError):
+        return None
+
+
+def _cursor_fields(cursor: str | None) -> dict[str, str]:
+    if not cursor:
+        return {}
+    return dict(part.split("=", 1) for part in cursor.split(";") if "=" in part)

@@ -88,6 +88,7 @@ class JournalSource:
     ) -> None:
         self.units = units
         self._directory = directory if not files else None
+        self._files = list(files or ())
         if files:
             self.reader = journal.Reader(files=list(files))
         elif directory:
@@ -99,6 +100,7 @@ class JournalSource:
         self.reader.data_threshold = 64 * 1024
         self.stats = ReadStats()
         self.at_end = False  # the last read() reached the newest entry
+        self.cursor_gone = False  # seek_cursor(): the saved entry is gone, reading resumed after it
         self._cursor: str | None = None
         self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
         # (unit, pid) -> (unit, pid, invocation id, command line), decoded on the process's first line
@@ -144,22 +146,33 @@ class JournalSource:
         self.reader.seek_realtime(when)
 
     def seek_cursor(self, cursor: str) -> bool:
-        """Resume after `cursor`; False when the journal no longer holds it (rotated away, other boot)."""
+        """Resume after `cursor`; False when it is no cursor libsystemd can place.
+
+        When its entry is gone (rotated away and vacuumed while crashdoc was down, or a volatile
+        journal after a reboot), libsystemd places the reader by the cursor's sequence number or
+        time, and reading goes on with the oldest entry after it: `cursor_gone` says so. Jumping
+        to the end instead would lose every entry written since, and the saved state with them.
+        """
+        self.cursor_gone = False
         try:
             self.reader.seek_cursor(cursor)
+            landed = self.reader._next()
         except (OSError, ValueError):
             return False
-        if not self.reader._next():
-            return False
+        self._cursor = cursor
+        if not landed:  # nothing at or after it: its entry is gone, read() waits for the next one
+            self.cursor_gone = True
+            return True
         try:
             found = bool(self.reader.test_cursor(cursor))
+            if not found:
+                # we sit on the oldest entry after the gone one: place the reader so that read() returns
+                # it (a step back is not enough when that entry is the journal's first: nothing before)
+                self.reader.seek_cursor(self.reader._get_cursor())
         except OSError:
             found = False
-        if not found:
-            # the entry is gone: we sit on the next one after it; step back so read() returns it
-            self.reader._previous()
-        self._cursor = cursor
-        return found
+        self.cursor_gone = not found
+        return True
 
     @property
     def cursor(self) -> str | None:
@@ -405,6 +418,24 @@ class JournalSource:
             reader.close()
         return lines
 
+    def newest_timestamp(self) -> float | None:
+        """Realtime of the newest entry in the journal, from a separate reader (the position stays):
+        how far reading is behind what was written (crashdoc_journal_lag_seconds)."""
+        try:
+            if self._files:
+                reader = journal.Reader(files=self._files)
+            else:
+                reader = journal.Reader(path=self._directory) if self._directory else journal.Reader()
+        except OSError:
+            return None
+        try:
+            reader.seek_tail()
+            return reader._get_realtime() / 1e6 if reader._previous() else None
+        except OSError:
+            return None
+        finally:
+            reader.close()
+
     # --- waiting -------------------------------------------------------------------------
 
     def fileno(self) -> int:
@@ -423,6 +454,53 @@ class JournalSource:
         self.units.rules = tuple(rules)
         self.units._cache.clear()
         self._roles.clear()
+
+
+def unreadable_journal_files(directory: str | None = None, files: Sequence[str] = ()) -> list[tuple[str, int | None]]:
+    """Journal files libsystemd skips whole (truncated, a bad header), with the entries their header
+    counts (None: unknown).
+
+    libsystemd says so only in its debug log: without this check, a copied folder holding one
+    damaged file gives fewer diagnoses and no word why. Each file is opened on its own and
+    asked for one entry; a file whose header counts none (a fresh, empty one) is fine.
+    """
+    if not files and directory:
+        root = os.path.abspath(directory)
+        files = sorted(
+            os.path.join(folder, name)
+            for folder in (root, *(e.path for e in os.scandir(root) if e.is_dir())) if os.path.isdir(folder)
+            for name in os.listdir(folder)
+            if name.endswith((".journal", ".journal~"))
+        )
+    out: list[tuple[str, int | None]] = []
+    for path in files:
+        count = _header_entries(path)
+        try:
+            reader = journal.Reader(files=[path])
+        except OSError:
+            out.append((path, count))
+            continue
+        try:
+            readable = bool(reader._next())
+        except OSError:
+            readable = False
+        finally:
+            reader.close()
+        if not readable and count != 0:
+            out.append((path, count))
+    return out
+
+
+def _header_entries(path: str) -> int | None:
+    """n_entries from a journal file's header (systemd's JOURNAL_FILE_FORMAT: le64 at offset 152)."""
+    try:
+        with open(path, "rb") as f:
+            header = f.read(160)
+    except OSError:
+        return None
+    if len(header) < 160 or header[:8] != b"LPKSHHRH":
+        return None
+    return int.from_bytes(header[152:160], "little")
 
 
 def _optional(get, name: str) -> str | None:
