@@ -70,7 +70,7 @@ def diagnose(args: argparse.Namespace) -> int:
     """One shot over the host journal or copied journal files."""
     from crashdoc.config import ConfigError, load_config
     from crashdoc.outputs.render import diagnoses_json, diagnoses_text
-    from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
+    from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule, unreadable_journal_files
     from crashdoc.sources.units import UnitWatcher
 
     try:
@@ -141,6 +141,10 @@ def diagnose(args: argparse.Namespace) -> int:
             f"crashdoc: skipped {source.stats.errors} unreadable journal entries ({source.stats.last_error})",
             file=sys.stderr,
         )
+    if not live:
+        for path, count in unreadable_journal_files(args.directory, args.file or ()):
+            entries = f"its {count} entries" if count is not None else "all of it"
+            print(f"crashdoc: skipped {path}: truncated or corrupt, {entries} could not be read", file=sys.stderr)
     if args.json:
         print(diagnoses_json(diagnoses))
     else:
