@@ -396,6 +396,30 @@ class Engine:
         if inv is None:
             inv = rec.current or self._new_invocation(rec, tb.invocation, tb.timestamp)
         inv.add_traceback(tb)
+        if inv.ended and inv is not rec.pending_end:
+            self._rejudge(rec, inv)
+
+    def _rejudge(self, rec: UnitRecord, inv: Invocation) -> None:
+        """A traceback that completed after its run was judged: journald reads a unit's output lazily,
+        so under a flood (or for a 10,000-frame traceback) a run's last lines arrive after PID 1's
+        record of its end, and the crash was settled without them. Its root cause is decided again,
+        the count moves to the right signature, and a loop's diagnosis follows."""
+        crash = next((c for c in reversed(rec.loop.crashes) if c.invocation == inv.id), None)
+        if crash is None:
+            return
+        finding = root_cause(inv, self.matcher, self._facts(rec, inv))
+        if finding is None or (crash.finding is not None and crash.finding.fingerprint == finding.fingerprint):
+            return
+        old = crash.finding.signature_id if crash.finding is not None and crash.finding.signature_id else "unknown"
+        new = finding.signature_id or "unknown"
+        crash.finding = finding
+        if old != new:
+            rec.crashes_by_signature[old] -= 1
+            if rec.crashes_by_signature[old] <= 0:
+                del rec.crashes_by_signature[old]
+            rec.crashes_by_signature[new] += 1
+        if rec.loop.looping:
+            self._refresh_loop_diagnosis(rec, "loop-updated")
 
     def _flags(self, rec: UnitRecord, inv: Invocation) -> dict[str, str]:
         """The run's SGLang flags: its command line (script included, as read when the run began) over
