@@ -45,6 +45,7 @@ class Crashdoc:
     proc: subprocess.Popen[bytes] | None = None
     config_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
+    argv: list[str] = field(default_factory=list)
 
     @property
     def base(self) -> str:
@@ -135,12 +136,20 @@ def start_crashdoc(
         argv += ["--listen", f"127.0.0.1:{port}", "--state-directory", str(state)]
     else:
         argv += args
-    full_env = {"PYTHONUNBUFFERED": "1", **(env or {})}
-    cd.env = full_env
-    log = open(log_path, "ab")  # noqa: SIM115 - owned by the process
-    cd.proc = sandbox.popen(argv, stdout=log, stderr=subprocess.STDOUT, env=full_env)
-    wait_for(lambda: cd.metrics() != {} or cd.proc.poll() is not None, 30, "crashdoc to answer", cd)
-    assert cd.proc.poll() is None, f"crashdoc exited early:\n{cd.log()}"
+    cd.env = {"PYTHONUNBUFFERED": "1", **(env or {})}
+    cd.argv = argv
+    return restart_crashdoc(cd)
+
+
+def restart_crashdoc(cd: Crashdoc, *, wait: bool = True) -> Crashdoc:
+    """(Re)start `cd`'s `crashdoc run` with the same arguments, state folder, port and log (after a
+    stop or a kill -9); with `wait`, return once it answers on /metrics."""
+    assert cd.proc is None or cd.proc.poll() is not None, "crashdoc is still running"
+    with open(cd.log_path, "ab") as log:
+        cd.proc = cd.sandbox.popen(cd.argv, stdout=log, stderr=subprocess.STDOUT, env=cd.env)
+    if wait:
+        wait_for(lambda: cd.metrics() != {} or cd.proc.poll() is not None, 30, "crashdoc to answer", cd)
+        assert cd.proc.poll() is None, f"crashdoc exited early:\n{cd.log()}"
     return cd
 
 
