@@ -309,7 +309,7 @@ def hostile_pool(rnd: random.Random, size: int) -> list[str]:
 def test_a_million_hostile_messages_through_the_engine() -> None:
     """Journal-shaped lines (watched and unwatched units, ranks as PIDs, runs as invocations) and PID 1's
     records with junk in every field, fed as the daemon feeds them, ticked, read and snapshotted: no
-    exception escapes and the engine's state stays bounded. About 20 s on a busy 2-CPU machine."""
+    exception escapes and the engine's state stays bounded. About 25 s on a busy 2-CPU machine (printed)."""
     rnd = random.Random(8)
     pool = hostile_pool(rnd, 6000)
     library = load_library(builtin_signature_dirs())
