@@ -9,6 +9,8 @@ crashdoc warns once per fault, keeps diagnosing in memory, shows it in `crashdoc
 from __future__ import annotations
 
 import json
+import os
+import signal
 import socket
 import subprocess
 import sys
@@ -79,6 +81,13 @@ def test_state_folder_full_then_read_only_then_back(sandbox_factory, sandbox_wor
         wait_for(lambda: cd.metric("crashdoc_state_writable") == 1.0, 30, "state_writable 1 after remount", cd)
         assert cd.metric("crashdoc_internal_errors_total") == 0.0
         assert cd.proc is not None and cd.proc.poll() is None
+
+        # SIGHUP without --config: the signature library is reloaded, and the log says there is no file
+        assert cd.pid is not None
+        os.kill(cd.pid, signal.SIGHUP)
+        wait_for(lambda: cd.metric("crashdoc_signature_reloads_total") == 1.0, 20, "the library reload", cd)
+        assert "SIGHUP: no configuration file (--config) to read again" in cd.log()
+        assert cd.metric("crashdoc_config_reloads_total") == 0.0
     finally:
         cd.stop()
         sandbox.systemctl("stop", UNIT)
