@@ -479,13 +479,14 @@ def test_a_48k_line_still_finds_the_real_error_in_a_large_set(tmp_path: Path) ->
 @pytest.mark.parametrize(
     ("kind", "pattern", "hint"),
     [
+        ("line", "(\\w+\\s*){1000}", "too complex to run on every log line (RE2 program size 10004, at most 1000)"),
         ("line", "(?=worker)worker died", "RE2 has no look-around"),
         ("line", "(?!ok)error", "RE2 has no look-around"),
         ("message", "(?<=rank )\\d+ failed", "RE2 has no look-around"),
         ("message", "(\\w+) and \\1", "RE2 has no back-references"),
     ],
 )
-def test_patterns_re2_cannot_run_are_rejected_at_load_and_lint_with_file_and_line(
+def test_patterns_re2_cannot_run_or_that_are_too_big_are_rejected_at_load_and_lint_with_file_and_line(
     tmp_path: Path, kind: str, pattern: str, hint: str
 ) -> None:
     from crashdoc.matching.library import LibraryError
