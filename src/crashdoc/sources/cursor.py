@@ -42,6 +42,12 @@ class CursorStore:
 
     def load(self) -> SavedState:
         """The saved position, or an empty state with a warning saying why it is unusable."""
+        # a kill -9 during a save leaves its temporary file behind (one per killed process): sweep them
+        for stale in self.directory.glob(f".{STATE_FILE}.*.tmp"):
+            try:
+                stale.unlink()
+            except OSError:
+                pass
         try:
             raw = self.path.read_bytes()
         except FileNotFoundError:
