@@ -395,8 +395,9 @@ class Engine:
         inv = rec.invocations.get(tb.invocation) if tb.invocation else None
         if inv is None:
             inv = rec.current or self._new_invocation(rec, tb.invocation, tb.timestamp)
+        kept = len(inv.tracebacks)
         inv.add_traceback(tb)
-        if inv.ended and inv is not rec.pending_end:
+        if inv.ended and inv is not rec.pending_end and len(inv.tracebacks) > kept:  # at most MAX_TRACEBACKS times
             self._rejudge(rec, inv)
 
     def _rejudge(self, rec: UnitRecord, inv: Invocation) -> None:
