@@ -7,6 +7,7 @@ the wrapper, and `JournalSource.read()` against a straightforward field-by-field
 
 from __future__ import annotations
 
+import os
 import re
 
 from hypothesis import given, settings
@@ -78,8 +79,9 @@ def test_line_set_hits_match_the_re2_wrapper() -> None:
             assert line_set.hits(line) == (line_set._set.Match(line) or [])
 
 
-def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_path) -> None:
-    """`JournalSource.read()` (inlined, per-process cache) against systemd-python's own converters."""
+def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_path, monkeypatch) -> None:
+    """`JournalSource.read()` (inlined, per-process cache, mapped pages released as it goes) against
+    systemd-python's own converters."""
     import fnmatch
     import sys
     from pathlib import Path
@@ -97,8 +99,11 @@ def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_pat
         pytest.skip("systemd-journal-remote is not installed")
     from systemd import journal
 
+    from crashdoc.sources import journal as journal_source
     from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
 
+    monkeypatch.setattr(journal_source, "TRIM_ABOVE", 0)  # release the mapped pages at every check on the way
+    monkeypatch.setattr(journal_source, "TRIM_CHECK_EVERY", 100)
     js = build(8_000, seed=5, folder=tmp_path / "j", crash_every=(1_500, 3_000))
     files = [str(f) for f in js.files]
     expected = []
@@ -125,7 +130,7 @@ def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_pat
     assert source.stats.entries == watched and source.stats.lines == len(got)  # files: unwatched units skipped
 
 
-def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path) -> None:
+def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path, monkeypatch) -> None:
     """Files given by name get libsystemd matches; the events must equal an unfiltered walk's."""
     import subprocess
     import sys
@@ -142,8 +147,12 @@ def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path)
         sys.path.remove(str(root))
     if JOURNAL_REMOTE is None:
         pytest.skip("systemd-journal-remote is not installed")
+    from crashdoc.sources import journal as journal_source
     from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
     from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID
+
+    monkeypatch.setattr(journal_source, "TRIM_ABOVE", 0)
+    monkeypatch.setattr(journal_source, "TRIM_CHECK_EVERY", 50)
 
     folder = tmp_path / "j"
     build(6_000, seed=9, folder=folder, crash_every=(1_500, 3_000))
@@ -181,3 +190,36 @@ def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path)
     kinds = {type(e).__name__ + ":" + str(getattr(e, "kind", "")) for e in by_files}
     assert {"LifecycleRecord:oom-kill", "LifecycleRecord:coredump", "LifecycleRecord:restart-scheduled"} <= kinds
     assert stepped_folder == 6_000 + len(extra) > stepped_files  # the unwatched entries were skipped
+
+
+def test_release_journal_pages_drops_them_from_rss_and_reading_goes_on(tmp_path) -> None:
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    try:
+        from bench.common import JOURNAL_REMOTE, proc_status
+        from bench.journal_gen import build
+    finally:
+        sys.path.remove(str(root))
+    if JOURNAL_REMOTE is None:
+        pytest.skip("systemd-journal-remote is not installed")
+    from systemd import journal
+
+    from crashdoc.sources.journal import release_journal_pages
+
+    js = build(6_000, seed=11, folder=tmp_path / "j", crash_every=(2_000, 3_000))
+    r = journal.Reader(files=[str(f) for f in js.files])
+    messages = []
+    while r._next():
+        messages.append(r._get("MESSAGE"))
+        if len(messages) == 3_000:
+            mapped = proc_status(os.getpid()).get("RssFile", 0)
+            assert release_journal_pages() > 0
+            assert proc_status(os.getpid()).get("RssFile", 0) < mapped
+    assert len(messages) == 6_000  # libsystemd went on reading through the released windows
+    r.seek_head()
+    assert r._next() and r._get("MESSAGE") == messages[0]

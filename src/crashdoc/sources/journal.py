@@ -10,7 +10,9 @@ native protocol, moves nothing.
 
 from __future__ import annotations
 
+import ctypes
 import fnmatch
+import functools
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -29,6 +31,10 @@ from crashdoc.sources.lifecycle import (
 )
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
+TRIM_CHECK_EVERY = 500  # entries stepped between two looks at how many file pages are mapped
+TRIM_ABOVE = 4 << 20  # release the journal pages once this many bytes of file pages were mapped since
+_MADV_DONTNEED = 4
+_PAGE = os.sysconf("SC_PAGE_SIZE")
 _INIT_SCOPE = b"init.scope"
 
 
@@ -99,6 +105,7 @@ class JournalSource:
             self.reader = journal.Reader()
         self.reader.data_threshold = 64 * 1024
         self.stats = ReadStats()
+        self._mapped_after_release = _mapped_bytes()  # file-backed resident bytes after the last release
         self.at_end = False  # the last read() reached the newest entry
         self.cursor_gone = False  # seek_cursor(): the saved entry is gone, reading resumed after it
         self._cursor: str | None = None
@@ -200,7 +207,11 @@ class JournalSource:
         lines = 0
         stats = self.stats
         self.at_end = False
+        check = TRIM_CHECK_EVERY
         while stepped < limit:
+            if stepped >= check:
+                check += TRIM_CHECK_EVERY
+                self._bound_mapped_pages()
             try:
                 if not nxt():
                     self.at_end = True
@@ -270,6 +281,7 @@ class JournalSource:
         stats.lines += lines
         if stepped:
             stats.entries += stepped
+            self._bound_mapped_pages()
             try:
                 self._cursor = r._get_cursor()
                 stats.last_timestamp = realtime() / 1e6
@@ -298,6 +310,15 @@ class JournalSource:
             text = terminal_safe(text)
         self.stats.lines += 1
         return LogLine(process[0], process[1], text, realtime() / 1e6, process[2], cmdline)
+
+    def _bound_mapped_pages(self) -> None:
+        """Keep the journal pages mapped into this process under TRIM_ABOVE more than after the last
+        release, however large the entries (a flood of 48K lines maps far more per entry); once
+        caught up, release whatever was mapped."""
+        grown = _mapped_bytes() - self._mapped_after_release
+        if grown > TRIM_ABOVE or (self.at_end and grown > TRIM_ABOVE // 8):
+            release_journal_pages()
+            self._mapped_after_release = _mapped_bytes()
 
     def _first_line(self, get, unit_raw: bytes, pid_raw: bytes) -> tuple[str, int, str, str]:
         """(unit, pid, invocation, command line) of a process seen for the first time; remembered."""
@@ -507,4 +528,53 @@ def _optional(get, name: str) -> str | None:
     try:
         return get(name).decode("utf-8", "replace")
     except KeyError:
+        return None
+
+
+def release_journal_pages() -> int:
+    """Unmap the journal pages this process has read (they stay in the page cache).
+
+    Returns the size of the journal mappings advised, in bytes.
+
+    libsystemd maps journal files in 8 MiB windows and keeps at least 64 of them, so a reader
+    that walks a large journal carries up to 512 MiB of file pages in its RSS (the daemon had
+    288 MB after following 2M entries, against 36 MB of heap). MADV_DONTNEED on those read-only shared mappings drops
+    the page-table entries only: the next access is a minor fault on the same page-cache page,
+    so libsystemd's pointers stay valid and nothing is read again from disk.
+    """
+    libc = _libc()
+    if libc is None:
+        return 0
+    released = 0
+    try:
+        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
+            for line in maps:
+                parts = line.split(None, 5)
+                if len(parts) < 6 or parts[1] != "r--s" or not parts[5].rstrip().endswith((".journal", ".journal~")):
+                    continue
+                start, _, end = parts[0].partition("-")
+                begin, length = int(start, 16), int(end, 16) - int(start, 16)
+                if libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(length), _MADV_DONTNEED) == 0:
+                    released += length
+    except (OSError, ValueError):
+        return released
+    return released
+
+
+def _mapped_bytes() -> int:
+    """Resident file-backed and shared pages of this process (/proc/self/statm), in bytes."""
+    try:
+        with open("/proc/self/statm", "rb") as f:
+            return int(f.read().split()[2]) * _PAGE
+    except (OSError, ValueError, IndexError):
+        return 0
+
+
+@functools.cache
+def _libc():
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
+        return libc
+    except (OSError, AttributeError):
         return None
