@@ -264,3 +264,27 @@ def test_an_unknown_error_is_one_group_across_restarts_pids_and_ranks() -> None:
     assert d.signature is None and d.crashes == 3 and len(d.fingerprint) == 16
     assert d.category == "other" and d.root_cause.type == "SomeNewError"
     assert d.confidence < 1.0, "an unknown error is what raised, not surely the cause"
+
+
+def test_a_traceback_that_arrives_after_pid1s_record_is_not_lost_and_counters_never_go_down() -> None:
+    """journald reads a flooding unit lazily: PID 1's end-of-run records can come first."""
+    h = Host()
+    h.start()
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="KILL")
+    h.pid1(Lifecycle.FAILED, result="signal")
+    for text in DSV4_TRACEBACK:  # within the grace: the crash is counted once, under its signature
+        h.line(text, pid=200)
+    h.wait(2)
+    assert h.rec.crashes_by_signature == {"dsv4-hicache-size-unsupported": 1}
+
+    h.start()
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="KILL")
+    h.pid1(Lifecycle.FAILED, result="signal")
+    h.wait(5)  # nothing logged in time: counted as an exit without a traceback
+    counts = dict(h.rec.crashes_by_signature)
+    for text in DSV4_TRACEBACK:  # ... then the lines arrive after all
+        h.line(text, pid=300)
+    h.engine.tick(h.t + 2)
+    assert h.rec.crashloop
+    assert h.engine.diagnoses()[0].signature == "dsv4-hicache-size-unsupported", "the diagnosis follows the lines"
+    assert all(h.rec.crashes_by_signature[k] >= v for k, v in counts.items()), "counters only go up"

@@ -27,6 +27,7 @@ from crashdoc.matching.matcher import Facts, Matcher
 
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
+SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
 SNAPSHOT_VERSION = f"crashdoc-engine-1/{__version__}"
 QUIET_SECONDS = 1.0  # a process with an unfinished traceback that stays quiet this long is done
 
@@ -179,7 +180,9 @@ class Engine:
         inv.apply(record)
         if kind in (Lifecycle.EXITED, Lifecycle.DEACTIVATED) or (kind is Lifecycle.FAILED and not inv.ended):
             rec.pending_end = inv
-        if kind in (Lifecycle.FAILED, Lifecycle.RESTART_SCHEDULED, Lifecycle.DEACTIVATED, Lifecycle.JOB_FAILED):
+        if kind in (Lifecycle.FAILED, Lifecycle.RESTART_SCHEDULED):
+            self._settle(rec, wait_for_output=True)
+        elif kind in (Lifecycle.DEACTIVATED, Lifecycle.JOB_FAILED):
             self._settle(rec)
         if kind is Lifecycle.START_LIMIT_HIT or (kind is Lifecycle.FAILED and record.result == "start-limit-hit"):
             self._transition(rec, rec.loop.on_failed(record.timestamp or self.now))
@@ -220,7 +223,7 @@ class Engine:
             if rec is not None:
                 self._add_traceback(rec, tb)
         for rec in self._units.values():
-            if rec.pending_end is not None and now - (rec.pending_end.ended_at or now) >= 1.0:
+            if rec.pending_end is not None and now - (rec.pending_end.ended_at or now) >= SETTLE_GRACE:
                 self._settle(rec)
             inv = rec.current
             if inv is not None and not inv.ended:
@@ -403,22 +406,15 @@ class Engine:
     def _rejudge(self, rec: UnitRecord, inv: Invocation) -> None:
         """A traceback that completed after its run was judged: journald reads a unit's output lazily,
         so under a flood (or for a 10,000-frame traceback) a run's last lines arrive after PID 1's
-        record of its end, and the crash was settled without them. Its root cause is decided again,
-        the count moves to the right signature, and a loop's diagnosis follows."""
+        record of its end, and the crash was settled without them (after SETTLE_GRACE). Its root cause
+        is decided again and a loop's diagnosis follows; its count stays where it was first put."""
         crash = next((c for c in reversed(rec.loop.crashes) if c.invocation == inv.id), None)
         if crash is None:
             return
         finding = root_cause(inv, self.matcher, self._facts(rec, inv))
         if finding is None or (crash.finding is not None and crash.finding.fingerprint == finding.fingerprint):
             return
-        old = crash.finding.signature_id if crash.finding is not None and crash.finding.signature_id else "unknown"
-        new = finding.signature_id or "unknown"
-        crash.finding = finding
-        if old != new:
-            rec.crashes_by_signature[old] -= 1
-            if rec.crashes_by_signature[old] <= 0:
-                del rec.crashes_by_signature[old]
-            rec.crashes_by_signature[new] += 1
+        crash.finding = finding  # crashdoc_crashes_total keeps its first count: a counter never goes down
         if rec.loop.looping:
             self._refresh_loop_diagnosis(rec, "loop-updated")
 
@@ -438,10 +434,22 @@ class Engine:
             role=rec.role if rec.role != "any" else "",
         )
 
-    def _settle(self, rec: UnitRecord) -> None:
-        """Judge the run that ended: a crash updates the loop state and the diagnosis."""
+    def _settle(self, rec: UnitRecord, wait_for_output: bool = False) -> None:
+        """Judge the run that ended: a crash updates the loop state and the diagnosis.
+
+        journald reads a unit's output lazily, so PID 1's record of the end can arrive before the
+        run's last lines: a crash with nothing logged yet waits up to SETTLE_GRACE (the tick or the
+        next run settles it), so that it is counted under the right signature once and for all.
+        """
         inv = rec.pending_end
         if inv is None:
+            return
+        if (
+            wait_for_output
+            and inv.crashed
+            and not (inv.tracebacks or inv.line_hits or inv.oom_killed or inv.core_dumped)
+            and self.now - (inv.ended_at or self.now) < SETTLE_GRACE
+        ):
             return
         rec.pending_end = None
         if not inv.crashed:
