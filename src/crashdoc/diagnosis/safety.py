@@ -38,7 +38,7 @@ NNODES_FLAGS = ("--nnodes",)
 _PREFIX = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?P<rank>(?: [A-Z]+\d+)*)\] ")
 # memory_pool.py _finalize_allocation_log; older releases print no dtype; a label ("SWA", "Full") may lead.
 _KV_ALLOCATED = re.compile(
-    r"(?P<label>[\w .-]*?)\bKV Cache is allocated\. (?:dtype: \S+, )?#tokens: \d+, "
+    r"KV Cache is allocated\. (?:dtype: \S+, )?#tokens: \d+, "  # a leading label needs no match: linear
     r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
 )
 # model_runner_components/kv_pool_runtime.py: the pool after it is resized post CUDA-graph capture.

@@ -12,6 +12,7 @@ GET and HEAD are served, and a client that stalls is dropped after a timeout.
 from __future__ import annotations
 
 import json
+import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Protocol
@@ -44,11 +45,19 @@ class View(Protocol):
     def health(self) -> tuple[bool, dict[str, object]]: ...
 
 
+class _QuietServer(ThreadingHTTPServer):
+    def handle_error(self, request: object, client_address: object) -> None:
+        """A client that hangs up is no error of crashdoc's: no traceback in the journal for it."""
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+            return
+        super().handle_error(request, client_address)  # type: ignore[arg-type]
+
+
 class HttpServer:
     def __init__(self, view: View, host: str, port: int) -> None:
         handler = _handler_for(view)
         try:
-            self.server = ThreadingHTTPServer((host, port), handler)
+            self.server = _QuietServer((host, port), handler)
         except OSError as exc:
             raise OSError(exc.errno, f"cannot listen on {host}:{port}: {exc.strerror}") from exc
         self.server.daemon_threads = True
@@ -93,8 +102,13 @@ def _handler_for(view: View) -> type[BaseHTTPRequestHandler]:
                     self._send(200, "text/html; charset=utf-8", view.index_page())
                 else:
                     self._send(404, TEXT, b"not found\n")
+            except ConnectionError:
+                self.close_connection = True  # the client hung up mid-answer (a scraper timing out): nothing to say
             except Exception as exc:
-                self._send(500, TEXT, f"internal error: {type(exc).__name__}\n".encode())
+                try:
+                    self._send(500, TEXT, f"internal error: {type(exc).__name__}\n".encode())
+                except ConnectionError:
+                    self.close_connection = True
 
         def do_HEAD(self) -> None:
             self.do_GET()
