@@ -31,8 +31,8 @@ from crashdoc.sources.lifecycle import (
 )
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
-TRIM_CHECK_EVERY = 500  # entries stepped between two looks at how many file pages are mapped
-TRIM_ABOVE = 4 << 20  # release the journal pages once this many bytes of file pages were mapped since
+TRIM_CHECK_EVERY = 2_000  # entries stepped between two looks at how many file pages are mapped
+TRIM_ABOVE = 8 << 20  # release the journal pages once this many bytes of file pages were mapped since
 _MADV_DONTNEED = 4
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _INIT_SCOPE = b"init.scope"
