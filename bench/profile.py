@@ -18,7 +18,7 @@ from bench.throughput import _env, diagnose_argv
 # (label, how the frame is named in py-spy's output: "function (file.py:line)")
 HOT = (
     ("JournalSource.read (sources/journal.py)", "read (crashdoc/sources/journal.py"),
-    ("  JournalSource._line: fields -> LogLine", "_line (crashdoc/sources/journal.py"),
+    ("  release_journal_pages + _mapped_bytes", "_pages (crashdoc/sources/journal.py"),
     ("Engine.on_line (diagnosis/engine.py)", "on_line (crashdoc/diagnosis/engine.py"),
     ("  TracebackAssembler.feed", "feed (crashdoc/assembly/traceback.py"),
     ("  find_marker", "find_marker (crashdoc/assembly/markers.py"),
@@ -64,6 +64,8 @@ def profile(js: JournalSet, rate: int = 200) -> tuple[Counter[str], Counter[str]
 
 
 def _short(frame: str) -> str:
+    if not frame.strip(" ()"):
+        return "(no Python frame: start-up, native code)"
     name, _, where = frame.partition(" (")
     where = where.rstrip(")")
     path = where.rpartition(":")[0]
