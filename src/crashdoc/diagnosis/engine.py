@@ -111,18 +111,21 @@ class Engine:
         return rec
 
     def on_line(self, line: LogLine) -> None:
-        rec = self.watch(line.unit)
+        """The hot path: runs for every line of every watched unit."""
+        rec = self._units.get(line.unit) or self.watch(line.unit)
         if rec is None:
             return
-        if line.timestamp:
-            self.now = max(self.now, line.timestamp)
-        inv = self._invocation_for(rec, line.invocation, line.timestamp)
+        if line.timestamp > self.now:
+            self.now = line.timestamp
+        inv = rec.current
+        if inv is None or inv.ended or (line.invocation and line.invocation != inv.id):
+            inv = self._invocation_for(rec, line.invocation, line.timestamp)
         inv.add_line(line)
-        if line.cmdline and _launches_sglang(line.cmdline):
+        if line.cmdline and _launches_sglang(line.cmdline):  # a process's first line says who it is
             rec.sglang = True
-        if line.cmdline and not inv.cmdline and _launches_sglang(line.cmdline):
-            inv.cmdline = tuple(line.cmdline.split())  # journald joins argv with spaces: good enough without D-Bus
-            inv.flags = self.builder.flags_of(inv.cmdline)
+            if not inv.cmdline:
+                inv.cmdline = tuple(line.cmdline.split())  # journald joins argv with spaces: good without D-Bus
+                inv.flags = self.builder.flags_of(inv.cmdline)
         done = self.assembler.feed(line)
         for tb in done:
             self._add_traceback(rec, tb)

@@ -93,12 +93,13 @@ class Signature:
 class Library:
     signatures: tuple[Signature, ...]
     folders: tuple[str, ...] = ()
+    by_id: dict[str, Signature] = field(default_factory=dict, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        self.by_id.update((s.id, s) for s in self.signatures)
 
     def get(self, signature_id: str) -> Signature | None:
-        return self._index().get(signature_id)
-
-    def _index(self) -> dict[str, Signature]:
-        return {s.id: s for s in self.signatures}
+        return self.by_id.get(signature_id)
 
     def __len__(self) -> int:
         return len(self.signatures)
