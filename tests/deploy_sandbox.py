@@ -25,6 +25,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import crashdoc
+from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.sandbox.systemd import PrivateSystemd
 from e2e import Crashdoc, free_port
 
@@ -84,6 +86,11 @@ def _runs_unprivileged(python: Path) -> bool:
     return r.returncode == 0
 
 
+def _hidden_by_private_tmp(path: Path) -> bool:
+    real = path.resolve()
+    return any(real == Path(d) or Path(d) in real.parents for d in ("/tmp", "/var/tmp"))
+
+
 def unprivileged_crashdoc(workdir: Path) -> Path:
     """A `crashdoc` executable the unit's user can run.
 
@@ -92,7 +99,10 @@ def unprivileged_crashdoc(workdir: Path) -> Path:
     version, importing the test venv's packages (same ABI): an installation as a real host has it.
     """
     venv_bin = Path(sys.executable).parent
-    if _runs_unprivileged(Path(sys.executable)) and (venv_bin / "crashdoc").is_file():
+    packages = Path(sysconfig.get_paths()["purelib"])
+    source = Path(crashdoc.__file__).resolve().parent
+    hidden = _hidden_by_private_tmp(packages) or _hidden_by_private_tmp(source)
+    if not hidden and _runs_unprivileged(Path(sys.executable)) and (venv_bin / "crashdoc").is_file():
         return venv_bin / "crashdoc"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     system_python = Path(f"/usr/bin/python{version}")
@@ -101,9 +111,20 @@ def unprivileged_crashdoc(workdir: Path) -> Path:
     venv = workdir / "venv"
     subprocess.run([str(system_python), "-m", "venv", "--without-pip", str(venv)], check=True, capture_output=True)
     site = venv / "lib" / f"python{version}" / "site-packages"
-    packages = sysconfig.get_paths()["purelib"]
+    first = ""
+    if hidden:
+        # a checkout under /tmp or /var/tmp (CI may clone there) is invisible to the unit (PrivateTmp=yes):
+        # give it copies, as an installation on a real host would be
+        copy = workdir / "pylib"
+        shutil.copytree(packages, copy / "site", ignore=shutil.ignore_patterns("__editable__*crashdoc*", "__pycache__"))
+        shutil.copytree(source, copy / "src" / "crashdoc", ignore=shutil.ignore_patterns("__pycache__"))
+        library = builtin_signature_dirs()[0]
+        if not (copy / "src" / "crashdoc" / "signatures").exists():
+            shutil.copytree(library, copy / "src" / "crashdoc" / "signatures")
+        packages, first = copy / "site", str(copy / "src")
     # an `import` line in a .pth runs: addsitedir also honours the editable install's own .pth
-    (site / "crashdoc-test-venv.pth").write_text(f"import site; site.addsitedir({packages!r})\n")
+    prepend = f"sys.path.insert(0, {first!r}); " if first else ""
+    (site / "crashdoc-test-venv.pth").write_text(f"import site, sys; {prepend}site.addsitedir({str(packages)!r})\n")
     entry = venv / "bin" / "crashdoc"
     entry.write_text(f"#!{venv}/bin/python3\nimport sys\nfrom crashdoc.cli import main\nsys.exit(main())\n")
     entry.chmod(0o755)
