@@ -24,7 +24,7 @@ class BigView:
     def index_page(self) -> bytes:
         return b"<html></html>"
 
-    def health(self) -> tuple[bool, dict[str, object]]:
+    def health_status(self) -> tuple[bool, dict[str, object]]:
         return True, {}
 
 

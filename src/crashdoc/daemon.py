@@ -614,7 +614,7 @@ def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpSer
             am.url, config.instance, daemon.runbook_url, daemon.health, am.resend_interval, am.timeout, log=log
         )
     host, port = _parse(listen or config.listen)
-    http = HttpServer(_ViewAdapter(daemon), host, port)
+    http = HttpServer(daemon, host, port)
     return daemon, http
 
 
@@ -643,26 +643,3 @@ def _own_unit() -> str | None:
             if part.endswith(".service"):
                 return part
     return None
-
-
-@dataclass(slots=True)
-class _ViewAdapter:
-    daemon: Daemon
-
-    def metrics(self) -> bytes:
-        return self.daemon.metrics()
-
-    def diagnoses_json(self, unit: str | None) -> str:
-        return self.daemon.diagnoses_json(unit)
-
-    def unit_page(self, unit: str) -> bytes | None:
-        return self.daemon.unit_page(unit)
-
-    def runbook_page(self, signature: str) -> bytes | None:
-        return self.daemon.runbook_page(signature)
-
-    def index_page(self) -> bytes:
-        return self.daemon.index_page()
-
-    def health(self) -> tuple[bool, dict[str, object]]:
-        return self.daemon.health_status()

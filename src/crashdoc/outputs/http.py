@@ -42,7 +42,7 @@ class View(Protocol):
     def unit_page(self, unit: str) -> bytes | None: ...
     def runbook_page(self, signature: str) -> bytes | None: ...
     def index_page(self) -> bytes: ...
-    def health(self) -> tuple[bool, dict[str, object]]: ...
+    def health_status(self) -> tuple[bool, dict[str, object]]: ...
 
 
 class _QuietServer(ThreadingHTTPServer):
@@ -96,7 +96,7 @@ def _handler_for(view: View) -> type[BaseHTTPRequestHandler]:
                 elif path.startswith("/runbook/"):
                     self._html(view.runbook_page(path[len("/runbook/") :]))
                 elif path == "/healthz":
-                    ok, detail = view.health()
+                    ok, detail = view.health_status()
                     self._send(200 if ok else 503, "application/json", json.dumps(redact_data(detail)).encode())
                 elif path in ("/", "/index.html"):
                     self._send(200, "text/html; charset=utf-8", view.index_page())
