@@ -7,8 +7,12 @@ import json
 import sys
 from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crashdoc import __version__
+
+if TYPE_CHECKING:
+    from crashdoc.matching.library import Library
 
 EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
 
@@ -129,7 +133,7 @@ class UserError(Exception):
     """A problem the user can fix (bad file, missing unit); printed without a traceback."""
 
 
-def load_library_or_fail(dirs: Sequence[str] | None):
+def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
     from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
 
     folders = [Path(d) for d in dirs] if dirs else builtin_signature_dirs()

@@ -13,6 +13,7 @@ from datetime import datetime
 
 from crashdoc.cli import UserError, load_library_or_fail
 from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.events import Diagnosis, LifecycleRecord, LogLine
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
@@ -42,9 +43,8 @@ def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
             engine.on_lifecycle(event)
 
 
-def default_builder():
-    from crashdoc.diagnosis.report import DiagnosisBuilder
-
+def default_builder() -> DiagnosisBuilder:
+    """Pasted logs carry no unit to read a command line from: fixes are described, not applied to one."""
     return DiagnosisBuilder()
 
 
