@@ -34,36 +34,20 @@ DECODE = "sglang-decode.service"
 EXITED = "98e322203f7a4ed290d09fe03c09fe15"
 
 
-def _unit(description: str, argv: list[str], env: dict[str, str], restart_sec: float) -> str:
-    from crashdoc.sandbox.demo import package_root
-
-    environment = "".join(f"Environment={k}={v}\n" for k, v in env.items())
-    return (
-        "[Unit]\n"
-        f"Description={description}\n"
-        "DefaultDependencies=no\n"
-        "StartLimitIntervalSec=0\n"
-        "\n"
-        "[Service]\n"
-        "Type=simple\n"
-        "Environment=PYTHONUNBUFFERED=1\n"
-        f"Environment=PYTHONPATH={package_root()}\n"
-        f"{environment}"
-        f"ExecStart={' '.join(argv)}\n"
-        "Restart=always\n"
-        f"RestartSec={restart_sec}\n"
-    )
-
-
 def crash_units(restart_sec: float = 0.3) -> dict[str, str]:
+    from crashdoc.sandbox.demo import sglang_unit
+
     fake = [PYTHON, "-m", "crashdoc.sandbox.fake_sglang", "--model-path", "deepseek-ai/DeepSeek-V4-Flash",
             "--trust-remote-code", "--tp-size", "1"]
     env = {"FAKE_SGLANG_LOAD_SECONDS": "0", "FAKE_SGLANG_KILL_GRACE": "0"}
+    prefill = [*fake, "--port", "30000", "--disaggregation-mode", "prefill", "--enable-hierarchical-cache",
+               "--hicache-size", "150"]
+    decode = [*fake, "--port", "30001", "--disaggregation-mode", "decode", "--enable-hierarchical-cache",
+              "--enable-lmcache"]
     return {
-        PREFILL: _unit("SGLang prefill (DSV4, --hicache-size)", [*fake, "--port", "30000", "--disaggregation-mode",
-                       "prefill", "--enable-hierarchical-cache", "--hicache-size", "150"], env, restart_sec),
-        DECODE: _unit("SGLang decode (LMCache + HiCache)", [*fake, "--port", "30001", "--disaggregation-mode",
-                      "decode", "--enable-hierarchical-cache", "--enable-lmcache"], env, restart_sec),
+        PREFILL: sglang_unit("SGLang prefill (DSV4, --hicache-size)", " ".join(prefill), env=env,
+                             restart_sec=restart_sec),
+        DECODE: sglang_unit("SGLang decode (LMCache + HiCache)", " ".join(decode), env=env, restart_sec=restart_sec),
     }
 
 

@@ -30,8 +30,8 @@ def package_root() -> Path:
     return Path(crashdoc.__file__).resolve().parent.parent
 
 
-def prefill_argv(python: str) -> list[str]:
-    """The broken prefill command line: ``--hicache-size`` with DeepSeek-V4 (the fix: --hicache-ratio)."""
+def _server_argv(python: str, port: str, mode: str) -> list[str]:
+    """The flags both demo servers share: one DeepSeek-V4 model, disaggregated over mlx5_0, TP 2."""
     return [
         python,
         "-m",
@@ -42,13 +42,20 @@ def prefill_argv(python: str) -> list[str]:
         "--host",
         "0.0.0.0",
         "--port",
-        "30000",
+        port,
         "--disaggregation-mode",
-        "prefill",
+        mode,
         "--disaggregation-ib-device",
         "mlx5_0",
         "--tp-size",
         "2",
+    ]
+
+
+def prefill_argv(python: str) -> list[str]:
+    """The broken prefill command line: ``--hicache-size`` with DeepSeek-V4 (the fix: --hicache-ratio)."""
+    return [
+        *_server_argv(python, "30000", "prefill"),
         "--mem-fraction-static",
         "0.82",
         "--chunked-prefill-size",
@@ -62,23 +69,9 @@ def prefill_argv(python: str) -> list[str]:
 
 
 def decode_argv(python: str) -> list[str]:
+    """The healthy decode neighbour, with the HiCache setting the prefill server should have."""
     return [
-        python,
-        "-m",
-        FAKE_MODULE,
-        "--model-path",
-        MODEL,
-        "--trust-remote-code",
-        "--host",
-        "0.0.0.0",
-        "--port",
-        "30001",
-        "--disaggregation-mode",
-        "decode",
-        "--disaggregation-ib-device",
-        "mlx5_0",
-        "--tp-size",
-        "2",
+        *_server_argv(python, "30001", "decode"),
         "--mem-fraction-static",
         "0.85",
         "--enable-hierarchical-cache",
@@ -113,7 +106,17 @@ def launch_script(python: str) -> str:
     )
 
 
-def _unit(description: str, exec_start: str, workdir: Path) -> str:
+def sglang_unit(
+    description: str,
+    exec_start: str,
+    *,
+    workdir: Path | None = None,
+    env: dict[str, str] | None = None,
+    restart_sec: float = 1,
+) -> str:
+    """A ``Restart=always`` service for a fake SGLang server, importable from this checkout."""
+    directory = f"WorkingDirectory={workdir}\n" if workdir is not None else ""
+    environment = "".join(f"Environment={k}={v}\n" for k, v in (env or {}).items())
     return (
         "[Unit]\n"
         f"Description={description}\n"
@@ -122,12 +125,13 @@ def _unit(description: str, exec_start: str, workdir: Path) -> str:
         "\n"
         "[Service]\n"
         "Type=simple\n"
-        f"WorkingDirectory={workdir}\n"
+        f"{directory}"
         "Environment=PYTHONUNBUFFERED=1\n"
         f"Environment=PYTHONPATH={package_root()}\n"
+        f"{environment}"
         f"ExecStart={exec_start}\n"
         "Restart=always\n"
-        "RestartSec=1\n"
+        f"RestartSec={restart_sec}\n"
         "\n"
         "[Install]\n"
         "WantedBy=multi-user.target\n"
@@ -144,14 +148,14 @@ def write_launch_script(workdir: Path, python: str = sys.executable) -> Path:
 
 
 def prefill_unit(script: Path, workdir: Path) -> str:
-    return _unit("SGLang prefill server (DeepSeek-V4-Flash, TP2)", str(script), workdir)
+    return sglang_unit("SGLang prefill server (DeepSeek-V4-Flash, TP2)", str(script), workdir=workdir)
 
 
 def decode_unit(python: str, workdir: Path) -> str:
-    return _unit(
+    return sglang_unit(
         "SGLang decode server (DeepSeek-V4-Flash, TP2)",
         " ".join(shlex.quote(a) for a in decode_argv(python)),
-        workdir,
+        workdir=workdir,
     )
 
 
