@@ -20,7 +20,8 @@ run: setup
 	fi
 
 test: setup-test
-	$(BIN)/ruff check src tests
+	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 	$(BIN)/crashdoc signatures lint
 	$(BIN)/pytest -q
 
@@ -43,6 +44,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 
 lint:
 	$(BIN)/ruff check src tests bench
+	$(BIN)/ruff format --check src tests bench
 
 bench: setup-test
 	$(BIN)/python -m bench

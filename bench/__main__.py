@@ -86,10 +86,18 @@ def main(argv: list[str] | None = None) -> int:
     print(header + text)
     a.results.mkdir(parents=True, exist_ok=True)
     (a.results / "last.txt").write_text(header + text + "\n")
-    (a.results / "last.json").write_text(json.dumps({"args": vars(a) | {"results": str(a.results)},
-                                                     "rows": [r.__dict__ for r in results.rows],
-                                                     "notes": results.notes, "raw": results.raw},
-                                                    indent=1, default=str))
+    (a.results / "last.json").write_text(
+        json.dumps(
+            {
+                "args": vars(a) | {"results": str(a.results)},
+                "rows": [r.__dict__ for r in results.rows],
+                "notes": results.notes,
+                "raw": results.raw,
+            },
+            indent=1,
+            default=str,
+        )
+    )
     failed = [r for r in results.rows if r.ok is False]
     if failed:
         log(f"{len(failed)} target(s) missed: " + "; ".join(f"{r.section}: {r.case}" for r in failed))

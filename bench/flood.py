@@ -39,12 +39,16 @@ def recursion_traceback() -> str:
 def deep_traceback(depth: int) -> str:
     lines = ["Traceback (most recent call last):"]
     for i in range(depth):
-        lines.append(f'  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/layers/deep_{i % 50}.py", '
-                     f"line {100 + i}, in forward_{i}")
+        lines.append(
+            f'  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/layers/deep_{i % 50}.py", '
+            f"line {100 + i}, in forward_{i}"
+        )
         lines.append(f"    return self.layer_{i + 1}(hidden_states, positions, forward_batch)")
-    lines.append("RuntimeError: CUDA error: an illegal memory access was encountered\n"
-                 "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
-                 "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1")
+    lines.append(
+        "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+        "CUDA kernel errors might be asynchronously reported at some other API call, so the stacktrace "
+        "below might be incorrect.\nFor debugging consider passing CUDA_LAUNCH_BLOCKING=1"
+    )
     return "\n".join(lines)
 
 
@@ -78,9 +82,11 @@ def main(argv: list[str] | None = None) -> int:
                 chunk.append(f"[{stamp} TP0] Prefill batch, prompt dump: " + "x" * size)
                 long_lines += 1
             else:
-                chunk.append(f"[{stamp} TP0] Decode batch, #running-req: {rng.randint(8, 64)}, #token: "
-                             f"{rng.randint(1000, 90000)}, token usage: {rng.random():.2f}, cuda graph: True, "
-                             f"gen throughput (token/s): {rng.uniform(900, 2400):.2f}, #queue-req: 0")
+                chunk.append(
+                    f"[{stamp} TP0] Decode batch, #running-req: {rng.randint(8, 64)}, #token: "
+                    f"{rng.randint(1000, 90000)}, token usage: {rng.random():.2f}, cuda graph: True, "
+                    f"gen throughput (token/s): {rng.uniform(900, 2400):.2f}, #queue-req: 0"
+                )
             written += 1
         if now >= next_tb:
             tb = deep.split("\n")
@@ -104,8 +110,11 @@ def main(argv: list[str] | None = None) -> int:
         if sleep > 0:
             time.sleep(sleep)
     elapsed = time.monotonic() - started
-    print(f"flood: {written} lines in {elapsed:.1f} s ({written / elapsed:.0f}/s), {long_lines} long lines, "
-          f"{tracebacks} tracebacks, recursion traceback {recursion.count(chr(10))} lines", file=sys.stderr)
+    print(
+        f"flood: {written} lines in {elapsed:.1f} s ({written / elapsed:.0f}/s), {long_lines} long lines, "
+        f"{tracebacks} tracebacks, recursion traceback {recursion.count(chr(10))} lines",
+        file=sys.stderr,
+    )
     # stay alive (idle) so the unit does not restart and flood again
     while True:
         time.sleep(3600)

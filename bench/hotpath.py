@@ -45,15 +45,20 @@ def worker(files: list[str]) -> dict[str, float]:
     feed(engine, events)
     engine.finish()
     fed = time.perf_counter() - started
-    return {"read": read, "engine": fed, "lines": sum(1 for e in events if isinstance(e, LogLine)),
-            "entries": source.stats.entries}
+    return {
+        "read": read,
+        "engine": fed,
+        "lines": sum(1 for e in events if isinstance(e, LogLine)),
+        "entries": source.stats.entries,
+    }
 
 
 def _once(src: str, files: list[str]) -> dict[str, float]:
     folders, _ = library_folders()  # this tree's library, for both trees
     env = {"PYTHONPATH": f"{ROOT}:{src}", "CRASHDOC_BENCH_SIGNATURES": os.pathsep.join(str(f) for f in folders)}
-    out = subprocess.run([PYTHON, "-m", "bench.hotpath", *files], capture_output=True, text=True,
-                         cwd=ROOT, env={**os.environ, **env})
+    out = subprocess.run(
+        [PYTHON, "-m", "bench.hotpath", *files], capture_output=True, text=True, cwd=ROOT, env={**os.environ, **env}
+    )
     if out.returncode != 0:
         raise RuntimeError(f"bench.hotpath with {src} failed: {out.stderr[-2000:]}")
     return json.loads(out.stdout)
@@ -70,8 +75,9 @@ def _count(files: list[str]) -> int:
     return n
 
 
-def run(js: JournalSet, results: Results, before_src: str, n_files: int = 2, rounds: int = 5,
-        after_src: str | None = None) -> None:
+def run(
+    js: JournalSet, results: Results, before_src: str, n_files: int = 2, rounds: int = 5, after_src: str | None = None
+) -> None:
     files = [str(f) for f in sorted(js.files)[:n_files]]
     entries = _count(files)
     trees = {"before": before_src, "after": after_src or str(ROOT / "src")}
@@ -91,11 +97,15 @@ def run(js: JournalSet, results: Results, before_src: str, n_files: int = 2, rou
     lines = best["after"]["lines"]
     for key, what, per in (("read", "JournalSource.read()", n), ("engine", "Engine (on_line/on_lifecycle)", lines)):
         b, a = best["before"][key], best["after"][key]
-        results.add("hot path", f"{what}, before -> after", f"{b / per * 1e6:.2f} -> {a / per * 1e6:.2f} us/"
-                    f"{'entry' if key == 'read' else 'line'}", f"{b / a:.2f} x faster",
-                    note=f"fastest of {rounds} alternating rounds; {len(files)} files, {n:,} entries, {lines:,} "
-                    f"watched lines; read() stepped {best['before']['stepped']:,.0f} -> "
-                    f"{best['after']['stepped']:,.0f}")
+        results.add(
+            "hot path",
+            f"{what}, before -> after",
+            f"{b / per * 1e6:.2f} -> {a / per * 1e6:.2f} us/{'entry' if key == 'read' else 'line'}",
+            f"{b / a:.2f} x faster",
+            note=f"fastest of {rounds} alternating rounds; {len(files)} files, {n:,} entries, {lines:,} "
+            f"watched lines; read() stepped {best['before']['stepped']:,.0f} -> "
+            f"{best['after']['stepped']:,.0f}",
+        )
 
 
 if __name__ == "__main__":

@@ -108,16 +108,41 @@ class Server:
     startup: list[tuple[Proc, str]] = field(default_factory=list)  # start-up lines still to write
 
     def argv(self) -> list[str]:
-        argv = [PYTHON_EXE, "-m", "sglang.launch_server", "--model-path", MODEL, "--trust-remote-code",
-                "--host", "0.0.0.0", "--port", str(self.port), "--disaggregation-mode", self.mode,
-                "--disaggregation-ib-device", "mlx5_0", "--tp-size", str(TP), "--mem-fraction-static",
-                "0.82" if self.mode == "prefill" else "0.85", "--enable-hierarchical-cache", "--hicache-ratio", "2.0"]
+        argv = [
+            PYTHON_EXE,
+            "-m",
+            "sglang.launch_server",
+            "--model-path",
+            MODEL,
+            "--trust-remote-code",
+            "--host",
+            "0.0.0.0",
+            "--port",
+            str(self.port),
+            "--disaggregation-mode",
+            self.mode,
+            "--disaggregation-ib-device",
+            "mlx5_0",
+            "--tp-size",
+            str(TP),
+            "--mem-fraction-static",
+            "0.82" if self.mode == "prefill" else "0.85",
+            "--enable-hierarchical-cache",
+            "--hicache-ratio",
+            "2.0",
+        ]
         return argv
 
 
 class Generator:
-    def __init__(self, entries: int, seed: int, boot_id: str, rate: float = 1000.0,
-                 crash_every: tuple[int, int] = (14_000, 26_000)) -> None:
+    def __init__(
+        self,
+        entries: int,
+        seed: int,
+        boot_id: str,
+        rate: float = 1000.0,
+        crash_every: tuple[int, int] = (14_000, 26_000),
+    ) -> None:
         self.crash_every = crash_every
         self.entries = entries
         self.rng = random.Random(seed)
@@ -140,17 +165,29 @@ class Generator:
             Server("sglang-prefill.service", "prefill", 30000, "SGLang prefill server (DeepSeek-V4-Flash, TP4)"),
             Server("sglang-decode.service", "decode", 30001, "SGLang decode server (DeepSeek-V4-Flash, TP4)"),
         ]
-        self.router = self._proc("sglang-router.service", "sgl-router", "/usr/local/bin/sgl-router",
-                                 "/usr/local/bin/sgl-router --pd-disaggregation --prefill http://127.0.0.1:30000 "
-                                 "--decode http://127.0.0.1:30001 --host 0.0.0.0 --port 8000", _hex(), "sgl-router")
-        self.kubelet = self._proc("kubelet.service", "kubelet", "/usr/bin/kubelet",
-                                  "/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml "
-                                  "--kubeconfig=/etc/kubernetes/kubelet.conf --container-runtime-endpoint="
-                                  "unix:///run/containerd/containerd.sock", _hex(), "kubelet")
-        self.containerd = self._proc("containerd.service", "containerd", "/usr/bin/containerd",
-                                     "/usr/bin/containerd", _hex(), "containerd")
-        self.nginx = self._proc("nginx.service", "nginx", "/usr/sbin/nginx",
-                                "nginx: worker process", _hex(), "nginx")
+        self.router = self._proc(
+            "sglang-router.service",
+            "sgl-router",
+            "/usr/local/bin/sgl-router",
+            "/usr/local/bin/sgl-router --pd-disaggregation --prefill http://127.0.0.1:30000 "
+            "--decode http://127.0.0.1:30001 --host 0.0.0.0 --port 8000",
+            _hex(),
+            "sgl-router",
+        )
+        self.kubelet = self._proc(
+            "kubelet.service",
+            "kubelet",
+            "/usr/bin/kubelet",
+            "/usr/bin/kubelet --config=/var/lib/kubelet/config.yaml "
+            "--kubeconfig=/etc/kubernetes/kubelet.conf --container-runtime-endpoint="
+            "unix:///run/containerd/containerd.sock",
+            _hex(),
+            "kubelet",
+        )
+        self.containerd = self._proc(
+            "containerd.service", "containerd", "/usr/bin/containerd", "/usr/bin/containerd", _hex(), "containerd"
+        )
+        self.nginx = self._proc("nginx.service", "nginx", "/usr/sbin/nginx", "nginx: worker process", _hex(), "nginx")
         self.pid1 = self._pid1_block()
 
     # --- processes ---------------------------------------------------------------------------
@@ -166,8 +203,10 @@ class Generator:
         argv = s.argv()
         cmd = " ".join(argv)
         s.launcher = self._proc(s.unit, "python3", PYTHON_EXE, cmd, s.invocation, "python3")
-        spawn = (f"{PYTHON_EXE} -c from multiprocessing.spawn import spawn_main; "
-                 "spawn_main(tracker_fd=5, pipe_handle=7) --multiprocessing-fork")
+        spawn = (
+            f"{PYTHON_EXE} -c from multiprocessing.spawn import spawn_main; "
+            "spawn_main(tracker_fd=5, pipe_handle=7) --multiprocessing-fork"
+        )
         s.ranks = [
             self._proc(s.unit, "sglang::schedul", PYTHON_EXE, spawn, s.invocation, "python3", f" TP{i}")
             for i in range(TP)
@@ -175,33 +214,94 @@ class Generator:
         detok = self._proc(s.unit, "sglang::detoken", PYTHON_EXE, spawn, s.invocation, "python3")
         L = s.launcher
         lines: list[tuple[Proc, str]] = []
-        args = {"model_path": MODEL, "tokenizer_path": MODEL, "tokenizer_mode": "auto", "skip_tokenizer_init": False,
-                "load_format": "auto", "trust_remote_code": True, "context_length": None, "is_embedding": False,
-                "dtype": "auto", "kv_cache_dtype": "auto", "quantization": None, "served_model_name": MODEL,
-                "host": "0.0.0.0", "port": s.port, "mem_fraction_static": 0.82 if s.mode == "prefill" else 0.85,
-                "max_running_requests": None, "max_total_tokens": None, "chunked_prefill_size": 8192,
-                "max_prefill_tokens": 16384, "schedule_policy": "fcfs", "schedule_conservativeness": 1.0,
-                "tp_size": TP, "pp_size": 1, "stream_interval": 1, "random_seed": 951344417,
-                "constrained_json_whitespace_pattern": None, "watchdog_timeout": 300, "download_dir": None,
-                "base_gpu_id": 0, "log_level": "info", "log_level_http": None, "log_requests": False,
-                "show_time_cost": False, "enable_metrics": True, "api_key": None, "file_storage_path": "sglang_storage",
-                "enable_cache_report": False, "dp_size": 1, "load_balance_method": "round_robin", "ep_size": 1,
-                "dist_init_addr": None, "nnodes": 1, "node_rank": 0, "json_model_override_args": "{}",
-                "lora_paths": None, "max_loras_per_batch": 8, "attention_backend": "flashmla",
-                "sampling_backend": "flashinfer", "grammar_backend": "xgrammar", "speculative_algorithm": None,
-                "enable_double_sparsity": False, "disable_radix_cache": False, "disable_cuda_graph": False,
-                "disable_cuda_graph_padding": False, "enable_nccl_nvls": False, "disable_custom_all_reduce": False,
-                "enable_mixed_chunk": False, "enable_dp_attention": False, "enable_ep_moe": False,
-                "enable_torch_compile": False, "torch_compile_max_bs": 32, "cuda_graph_max_bs": 160,
-                "cuda_graph_bs": None, "torchao_config": "", "enable_nan_detection": False,
-                "enable_p2p_check": False, "triton_attention_reduce_in_fp32": False, "num_continuous_decode_steps": 1,
-                "delete_ckpt_after_loading": False, "enable_memory_saver": False, "allow_auto_truncate": False,
-                "enable_custom_logit_processor": False, "tool_call_parser": None, "enable_hierarchical_cache": True,
-                "hicache_ratio": 2.0, "hicache_size": 0, "hicache_write_policy": "write_through_selective",
-                "hicache_io_backend": "kernel", "hicache_mem_layout": "layer_first", "hicache_storage_backend": None,
-                "disaggregation_mode": s.mode, "disaggregation_transfer_backend": "mooncake",
-                "disaggregation_bootstrap_port": 8998, "disaggregation_ib_device": "mlx5_0",
-                "enable_deterministic_inference": False, "enable_kv_cache_sharding": False}
+        args = {
+            "model_path": MODEL,
+            "tokenizer_path": MODEL,
+            "tokenizer_mode": "auto",
+            "skip_tokenizer_init": False,
+            "load_format": "auto",
+            "trust_remote_code": True,
+            "context_length": None,
+            "is_embedding": False,
+            "dtype": "auto",
+            "kv_cache_dtype": "auto",
+            "quantization": None,
+            "served_model_name": MODEL,
+            "host": "0.0.0.0",
+            "port": s.port,
+            "mem_fraction_static": 0.82 if s.mode == "prefill" else 0.85,
+            "max_running_requests": None,
+            "max_total_tokens": None,
+            "chunked_prefill_size": 8192,
+            "max_prefill_tokens": 16384,
+            "schedule_policy": "fcfs",
+            "schedule_conservativeness": 1.0,
+            "tp_size": TP,
+            "pp_size": 1,
+            "stream_interval": 1,
+            "random_seed": 951344417,
+            "constrained_json_whitespace_pattern": None,
+            "watchdog_timeout": 300,
+            "download_dir": None,
+            "base_gpu_id": 0,
+            "log_level": "info",
+            "log_level_http": None,
+            "log_requests": False,
+            "show_time_cost": False,
+            "enable_metrics": True,
+            "api_key": None,
+            "file_storage_path": "sglang_storage",
+            "enable_cache_report": False,
+            "dp_size": 1,
+            "load_balance_method": "round_robin",
+            "ep_size": 1,
+            "dist_init_addr": None,
+            "nnodes": 1,
+            "node_rank": 0,
+            "json_model_override_args": "{}",
+            "lora_paths": None,
+            "max_loras_per_batch": 8,
+            "attention_backend": "flashmla",
+            "sampling_backend": "flashinfer",
+            "grammar_backend": "xgrammar",
+            "speculative_algorithm": None,
+            "enable_double_sparsity": False,
+            "disable_radix_cache": False,
+            "disable_cuda_graph": False,
+            "disable_cuda_graph_padding": False,
+            "enable_nccl_nvls": False,
+            "disable_custom_all_reduce": False,
+            "enable_mixed_chunk": False,
+            "enable_dp_attention": False,
+            "enable_ep_moe": False,
+            "enable_torch_compile": False,
+            "torch_compile_max_bs": 32,
+            "cuda_graph_max_bs": 160,
+            "cuda_graph_bs": None,
+            "torchao_config": "",
+            "enable_nan_detection": False,
+            "enable_p2p_check": False,
+            "triton_attention_reduce_in_fp32": False,
+            "num_continuous_decode_steps": 1,
+            "delete_ckpt_after_loading": False,
+            "enable_memory_saver": False,
+            "allow_auto_truncate": False,
+            "enable_custom_logit_processor": False,
+            "tool_call_parser": None,
+            "enable_hierarchical_cache": True,
+            "hicache_ratio": 2.0,
+            "hicache_size": 0,
+            "hicache_write_policy": "write_through_selective",
+            "hicache_io_backend": "kernel",
+            "hicache_mem_layout": "layer_first",
+            "hicache_storage_backend": None,
+            "disaggregation_mode": s.mode,
+            "disaggregation_transfer_backend": "mooncake",
+            "disaggregation_bootstrap_port": 8998,
+            "disaggregation_ib_device": "mlx5_0",
+            "enable_deterministic_inference": False,
+            "enable_kv_cache_sharding": False,
+        }
         lines.append((L, f"server_args={args}"))
         lines.append((L, "Attention backend not specified. Use flashmla backend by default."))
         for r in s.ranks:
@@ -211,19 +311,40 @@ class Generator:
             while pct < 100 and i == 0:
                 pct = min(100, pct + 25)
                 done = 64 * pct // 100
-                lines.append((r, f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {done}/64 "
-                                 f"[00:{done // 4:02d}<00:{(64 - done) // 4:02d},  4.1{i}it/s]"))
+                lines.append(
+                    (
+                        r,
+                        f"Loading safetensors checkpoint shards: {pct:3d}% Completed | {done}/64 "
+                        f"[00:{done // 4:02d}<00:{(64 - done) // 4:02d},  4.1{i}it/s]",
+                    )
+                )
         for r in s.ranks:
-            lines.append((r, "Load weight end. elapsed=16.02 s, type=DeepseekV4ForCausalLM, avail mem=54.51 GB, "
-                             "mem usage=24.10 GB."))
+            lines.append(
+                (
+                    r,
+                    "Load weight end. elapsed=16.02 s, type=DeepseekV4ForCausalLM, avail mem=54.51 GB, "
+                    "mem usage=24.10 GB.",
+                )
+            )
             lines.append((r, "KV Cache is allocated. dtype: torch.bfloat16, #tokens: 611584, KV size: 40.01 GB"))
             lines.append((r, "Memory pool end. avail mem=14.50 GB"))
-            lines.append((r, "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, "
-                             "avail mem=14.50 GB"))
-            lines.append((r, "Capture target decode CUDA graph end. bs=[1, 2, 4, 8, 16, 24, 32], elapsed=1.37 s, "
-                             "mem usage=0.42 GB, avail mem=14.08 GB."))
-        lines.append((s.ranks[0], "max_total_num_tokens=611584, chunked_prefill_size=8192, max_prefill_tokens=16384, "
-                                  "max_running_requests=2048, context_len=1048576, available_gpu_mem=14.08 GB"))
+            lines.append(
+                (r, "Capture target decode CUDA graph begin. backend=full, num_tokens_per_req=1, avail mem=14.50 GB")
+            )
+            lines.append(
+                (
+                    r,
+                    "Capture target decode CUDA graph end. bs=[1, 2, 4, 8, 16, 24, 32], elapsed=1.37 s, "
+                    "mem usage=0.42 GB, avail mem=14.08 GB.",
+                )
+            )
+        lines.append(
+            (
+                s.ranks[0],
+                "max_total_num_tokens=611584, chunked_prefill_size=8192, max_prefill_tokens=16384, "
+                "max_running_requests=2048, context_len=1048576, available_gpu_mem=14.08 GB",
+            )
+        )
         lines.append((L, f"INFO:     Started server process [{L.pid}]"))
         lines.append((L, "INFO:     Waiting for application startup."))
         lines.append((L, "INFO:     Application startup complete."))
@@ -235,11 +356,22 @@ class Generator:
 
     def _pid1_block(self) -> bytes:
         fields = {
-            "_PID": "1", "_UID": "0", "_GID": "0", "_COMM": "systemd", "_EXE": "/usr/lib/systemd/systemd",
-            "_CMDLINE": "/sbin/init", "_CAP_EFFECTIVE": "1ffffffffff", "_SYSTEMD_CGROUP": "/init.scope",
-            "_SYSTEMD_UNIT": "init.scope", "_SYSTEMD_SLICE": "-.slice", "_TRANSPORT": "journal",
-            "SYSLOG_FACILITY": "3", "SYSLOG_IDENTIFIER": "systemd", "_BOOT_ID": self.boot,
-            "_MACHINE_ID": self.machine, "_HOSTNAME": HOST,
+            "_PID": "1",
+            "_UID": "0",
+            "_GID": "0",
+            "_COMM": "systemd",
+            "_EXE": "/usr/lib/systemd/systemd",
+            "_CMDLINE": "/sbin/init",
+            "_CAP_EFFECTIVE": "1ffffffffff",
+            "_SYSTEMD_CGROUP": "/init.scope",
+            "_SYSTEMD_UNIT": "init.scope",
+            "_SYSTEMD_SLICE": "-.slice",
+            "_TRANSPORT": "journal",
+            "SYSLOG_FACILITY": "3",
+            "SYSLOG_IDENTIFIER": "systemd",
+            "_BOOT_ID": self.boot,
+            "_MACHINE_ID": self.machine,
+            "_HOSTNAME": HOST,
         }
         return "".join(f"{k}={v}\n" for k, v in fields.items()).encode()
 
@@ -267,12 +399,28 @@ class Generator:
         self.written += 1
         self.counts[p.unit] = self.counts.get(p.unit, 0) + 1
 
-    def record(self, out: list[bytes], unit: str, message: str, message_id: str | None, priority: int,
-               invocation: str, **extra: str) -> None:
+    def record(
+        self,
+        out: list[bytes],
+        unit: str,
+        message: str,
+        message_id: str | None,
+        priority: int,
+        invocation: str,
+        **extra: str,
+    ) -> None:
         self._tick()
-        fields = {"PRIORITY": str(priority), "MESSAGE": message, "UNIT": unit, "INVOCATION_ID": invocation,
-                  "CODE_FILE": "src/core/unit.c", "CODE_LINE": "5873", "CODE_FUNC": "unit_log_failure",
-                  "_SOURCE_REALTIME_TIMESTAMP": str(self.now_us - 17), **extra}
+        fields = {
+            "PRIORITY": str(priority),
+            "MESSAGE": message,
+            "UNIT": unit,
+            "INVOCATION_ID": invocation,
+            "CODE_FILE": "src/core/unit.c",
+            "CODE_LINE": "5873",
+            "CODE_FUNC": "unit_log_failure",
+            "_SOURCE_REALTIME_TIMESTAMP": str(self.now_us - 17),
+            **extra,
+        }
         if message_id:
             fields["MESSAGE_ID"] = message_id
         out.append(b"__REALTIME_TIMESTAMP=%d\n__MONOTONIC_TIMESTAMP=%d\n" % (self.now_us, self.mono_us))
@@ -290,37 +438,59 @@ class Generator:
         elif x < 0.55:
             status = 200 if rng.random() > 0.1 else rng.choice((503, 429))
             ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.now_us // 1_000_000))
-            self.line(out, self.router, f"{ts}.{self.now_us % 1_000_000:06d}Z  INFO request{{method=POST "
-                      f"uri=/v1/chat/completions}}: sgl_router::middleware: finished processing request "
-                      f"status={status} latency={rng.randint(40, 9000)}ms request_id=chatcmpl-{_hex()[:24]}", False)
+            self.line(
+                out,
+                self.router,
+                f"{ts}.{self.now_us % 1_000_000:06d}Z  INFO request{{method=POST "
+                f"uri=/v1/chat/completions}}: sgl_router::middleware: finished processing request "
+                f"status={status} latency={rng.randint(40, 9000)}ms request_id=chatcmpl-{_hex()[:24]}",
+                False,
+            )
         elif x < 0.75:
             ts = time.strftime("%m%d %H:%M:%S", time.gmtime(self.now_us // 1_000_000))
             pod = f"inference-{rng.randint(1, 40)}-{_hex()[:5]}"
-            self.line(out, self.kubelet, rng.choice((
-                f'I{ts}.{self.now_us % 1_000_000:06d}    {self.kubelet.pid} kubelet.go:2453] "SyncLoop (PLEG): '
-                f'event for pod" pod="default/{pod}" event={{"ID":"{uuid.UUID(int=rng.getrandbits(128))}",'
-                f'"Type":"ContainerStarted","Data":"{_hex()}{_hex()}"}}',
-                f'I{ts}.{self.now_us % 1_000_000:06d}    {self.kubelet.pid} prober.go:107] "Probe failed" '
-                f'probeType="Readiness" pod="default/{pod}" podUID="{uuid.UUID(int=rng.getrandbits(128))}" '
-                f'containerName="server" probeResult="failure" output="HTTP probe failed with statuscode: 503"',
-                f'I{ts}.{self.now_us % 1_000_000:06d}    {self.kubelet.pid} kubelet_volumes.go:163] "Cleaned up '
-                f'orphaned pod volumes dir" podUID="{uuid.UUID(int=rng.getrandbits(128))}" '
-                f'path="/var/lib/kubelet/pods/{uuid.UUID(int=rng.getrandbits(128))}/volumes"',
-            )), False)
+            self.line(
+                out,
+                self.kubelet,
+                rng.choice(
+                    (
+                        f'I{ts}.{self.now_us % 1_000_000:06d}    {self.kubelet.pid} kubelet.go:2453] "SyncLoop (PLEG): '
+                        f'event for pod" pod="default/{pod}" event={{"ID":"{uuid.UUID(int=rng.getrandbits(128))}",'
+                        f'"Type":"ContainerStarted","Data":"{_hex()}{_hex()}"}}',
+                        f'I{ts}.{self.now_us % 1_000_000:06d}    {self.kubelet.pid} prober.go:107] "Probe failed" '
+                        f'probeType="Readiness" pod="default/{pod}" podUID="{uuid.UUID(int=rng.getrandbits(128))}" '
+                        f'containerName="server" probeResult="failure" output="HTTP probe failed with statuscode: 503"',
+                        f"I{ts}.{self.now_us % 1_000_000:06d}    {self.kubelet.pid} kubelet_volumes.go:163] "
+                        f'"Cleaned up orphaned pod volumes dir" podUID="{uuid.UUID(int=rng.getrandbits(128))}" '
+                        f'path="/var/lib/kubelet/pods/{uuid.UUID(int=rng.getrandbits(128))}/volumes"',
+                    )
+                ),
+                False,
+            )
         elif x < 0.88:
             ts = time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(self.now_us // 1_000_000))
-            self.line(out, self.containerd, f'time="{ts}.{self.now_us % 1_000_000:06d}000Z" level=info '
-                      f'msg="{rng.choice(("StartContainer", "ImageCreate", "RemoveContainer", "StopPodSandbox"))} '
-                      f'for &ContainerMetadata{{Name:server,Attempt:{rng.randint(0, 9)},}} returns container id '
-                      f'\\"{_hex()}{_hex()}\\""', False)
+            self.line(
+                out,
+                self.containerd,
+                f'time="{ts}.{self.now_us % 1_000_000:06d}000Z" level=info '
+                f'msg="{rng.choice(("StartContainer", "ImageCreate", "RemoveContainer", "StopPodSandbox"))} '
+                f"for &ContainerMetadata{{Name:server,Attempt:{rng.randint(0, 9)},}} returns container id "
+                f'\\"{_hex()}{_hex()}\\""',
+                False,
+            )
         else:
             ts = time.strftime("%Y/%m/%d %H:%M:%S", time.gmtime(self.now_us // 1_000_000))
-            self.line(out, self.nginx, f"{ts} [warn] {self.nginx.pid}#{self.nginx.pid}: *{rng.randint(1, 10**7)} "
-                      f"an upstream response is buffered to a temporary file /var/cache/nginx/proxy_temp/"
-                      f"{rng.randint(0, 9)}/{rng.randint(10, 99)}/{rng.randint(10**9, 10**10)} while reading upstream,"
-                      f" client: 10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}, server: _, "
-                      f'request: "POST /v1/chat/completions HTTP/1.1", upstream: "http://127.0.0.1:8000/v1/chat/'
-                      f'completions", host: "llm.internal"', False)
+            self.line(
+                out,
+                self.nginx,
+                f"{ts} [warn] {self.nginx.pid}#{self.nginx.pid}: *{rng.randint(1, 10**7)} "
+                f"an upstream response is buffered to a temporary file /var/cache/nginx/proxy_temp/"
+                f"{rng.randint(0, 9)}/{rng.randint(10, 99)}/{rng.randint(10**9, 10**10)} while reading upstream,"
+                f" client: 10.{rng.randint(0, 255)}.{rng.randint(0, 255)}.{rng.randint(1, 254)}, server: _, "
+                f'request: "POST /v1/chat/completions HTTP/1.1", upstream: "http://127.0.0.1:8000/v1/chat/'
+                f'completions", host: "llm.internal"',
+                False,
+            )
 
     def _serving(self, out: list[bytes], s: Server) -> None:
         rng = self.rng
@@ -330,23 +500,28 @@ class Generator:
             return
         assert s.launcher is not None
         if rng.random() < 0.3:
-            self.line(out, s.launcher, f'INFO:     127.0.0.1:{rng.randint(30000, 60000)} - '
-                      f'"POST /generate HTTP/1.1" 200 OK')
+            self.line(
+                out, s.launcher, f'INFO:     127.0.0.1:{rng.randint(30000, 60000)} - "POST /generate HTTP/1.1" 200 OK'
+            )
             return
         usage = rng.uniform(0.05, 0.4)
         running = rng.randint(8, 64)
         if s.mode == "prefill":
-            msg = (f"Prefill batch, #new-seq: {rng.randint(1, 8)}, #new-token: {rng.choice((2048, 4096, 8192))}, "
-                   f"#cached-token: {rng.randint(0, 4096)}, full token usage: {usage:.2f}, swa token usage: "
-                   f"{usage * 0.6:.2f}, #running-req: {running}, #queue-req: 0, #pending-token: 0, #bootstrap-req: 0,"
-                   f" #inflight-req: 0, #optimistic-req: 0, cuda graph: False, input throughput (token/s): "
-                   f"{rng.uniform(8000, 30000):.2f}")
+            msg = (
+                f"Prefill batch, #new-seq: {rng.randint(1, 8)}, #new-token: {rng.choice((2048, 4096, 8192))}, "
+                f"#cached-token: {rng.randint(0, 4096)}, full token usage: {usage:.2f}, swa token usage: "
+                f"{usage * 0.6:.2f}, #running-req: {running}, #queue-req: 0, #pending-token: 0, #bootstrap-req: 0,"
+                f" #inflight-req: 0, #optimistic-req: 0, cuda graph: False, input throughput (token/s): "
+                f"{rng.uniform(8000, 30000):.2f}"
+            )
         else:
             used = int(611584 * usage)
-            msg = (f"Decode batch, #running-req: {running}, #full token: {used}, full token usage: {usage:.2f}, "
-                   f"#swa token: {used // 3}, swa token usage: {usage * 0.6:.2f}, pre-allocated usage: 0.00, "
-                   f"#prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, cuda graph: True, gen throughput "
-                   f"(token/s): {rng.uniform(900, 2400):.2f}, #queue-req: 0")
+            msg = (
+                f"Decode batch, #running-req: {running}, #full token: {used}, full token usage: {usage:.2f}, "
+                f"#swa token: {used // 3}, swa token usage: {usage * 0.6:.2f}, pre-allocated usage: 0.00, "
+                f"#prealloc-req: 0, #transfer-req: 0, #retracted-req: 0, cuda graph: True, gen throughput "
+                f"(token/s): {rng.uniform(900, 2400):.2f}, #queue-req: 0"
+            )
         self.line(out, s.ranks[0], msg)
 
     def _crash(self, out: list[bytes], s: Server) -> None:
@@ -371,23 +546,50 @@ class Generator:
         inv = s.invocation
         u = s.unit
         if wrapped:
-            self.record(out, u, f"{u}: Main process exited, code=killed, status=9/KILL", MSG_EXITED, 5, inv,
-                        EXIT_CODE="killed", EXIT_STATUS="9", COMMAND="ExecStart")
+            self.record(
+                out,
+                u,
+                f"{u}: Main process exited, code=killed, status=9/KILL",
+                MSG_EXITED,
+                5,
+                inv,
+                EXIT_CODE="killed",
+                EXIT_STATUS="9",
+                COMMAND="ExecStart",
+            )
             self.record(out, u, f"{u}: Failed with result 'signal'.", MSG_FAILED, 4, inv, UNIT_RESULT="signal")
         else:
-            self.record(out, u, f"{u}: Main process exited, code=exited, status=1/FAILURE", MSG_EXITED, 5, inv,
-                        EXIT_CODE="exited", EXIT_STATUS="1", COMMAND="ExecStart")
+            self.record(
+                out,
+                u,
+                f"{u}: Main process exited, code=exited, status=1/FAILURE",
+                MSG_EXITED,
+                5,
+                inv,
+                EXIT_CODE="exited",
+                EXIT_STATUS="1",
+                COMMAND="ExecStart",
+            )
             self.record(out, u, f"{u}: Failed with result 'exit-code'.", MSG_FAILED, 4, inv, UNIT_RESULT="exit-code")
-        self.record(out, u, f"{u}: Consumed 2min 31.204s CPU time.", MSG_CONSUMED, 6, inv,
-                    CPU_USAGE_NSEC="151204000000")
+        self.record(
+            out, u, f"{u}: Consumed 2min 31.204s CPU time.", MSG_CONSUMED, 6, inv, CPU_USAGE_NSEC="151204000000"
+        )
         self.crashes.append({"unit": u, "signature": sig_id, "invocation": inv, "at": self.now_us / 1e6})
         s.restarts += 1
-        self.record(out, u, f"{u}: Scheduled restart job, restart counter is at {s.restarts}.", MSG_RESTART, 6, inv,
-                    N_RESTARTS=str(s.restarts))
+        self.record(
+            out,
+            u,
+            f"{u}: Scheduled restart job, restart counter is at {s.restarts}.",
+            MSG_RESTART,
+            6,
+            inv,
+            N_RESTARTS=str(s.restarts),
+        )
         self.record(out, u, f"Stopped {s.description}.", MSG_STOPPED, 6, inv, JOB_TYPE="restart", JOB_RESULT="done")
         self._start_server(s)
-        self.record(out, u, f"Started {s.description}.", MSG_STARTED, 6, s.invocation, JOB_TYPE="start",
-                    JOB_RESULT="done")
+        self.record(
+            out, u, f"Started {s.description}.", MSG_STARTED, 6, s.invocation, JOB_TYPE="start", JOB_RESULT="done"
+        )
 
     def generate(self, sink) -> None:
         """Write `entries` entries in export format to `sink` (a binary file)."""
@@ -395,8 +597,16 @@ class Generator:
         out: list[bytes] = []
         for s in self.servers:
             self._start_server(s)
-            self.record(out, s.unit, f"Started {s.description}.", MSG_STARTED, 6, s.invocation, JOB_TYPE="start",
-                        JOB_RESULT="done")
+            self.record(
+                out,
+                s.unit,
+                f"Started {s.description}.",
+                MSG_STARTED,
+                6,
+                s.invocation,
+                JOB_TYPE="start",
+                JOB_RESULT="done",
+            )
         next_crash = int(rng.uniform(*self.crash_every))
         rnd = rng.random
         while self.written < self.entries:
@@ -440,8 +650,13 @@ class JournalSet:
     meta: dict[str, object]
 
 
-def build(entries: int, seed: int = 7, folder: Path | None = None, force: bool = False,
-          crash_every: tuple[int, int] = (14_000, 26_000)) -> JournalSet:
+def build(
+    entries: int,
+    seed: int = 7,
+    folder: Path | None = None,
+    force: bool = False,
+    crash_every: tuple[int, int] = (14_000, 26_000),
+) -> JournalSet:
     """The journal of `entries` entries (a crash every `crash_every` entries), generated once and cached."""
     if JOURNAL_REMOTE is None:
         raise RuntimeError("systemd-journal-remote is missing: scripts/install-debs.sh systemd-journal-remote")
@@ -458,7 +673,8 @@ def build(entries: int, seed: int = 7, folder: Path | None = None, force: bool =
     started = time.monotonic()
     remote = subprocess.Popen(
         [JOURNAL_REMOTE, "--split-mode=none", f"--output={folder}/bench.journal", "-"],
-        stdin=subprocess.PIPE, stderr=subprocess.PIPE,
+        stdin=subprocess.PIPE,
+        stderr=subprocess.PIPE,
     )
     assert remote.stdin is not None
     try:
@@ -482,8 +698,10 @@ def build(entries: int, seed: int = 7, folder: Path | None = None, force: bool =
         "seconds": round(time.monotonic() - started, 1),
     }
     meta_path.write_text(json.dumps(meta, indent=1))
-    log(f"  {gen.written:,} entries, {len(gen.crashes)} crashes, {len(files)} files, "
-        f"{meta['bytes'] / 1e6:.0f} MB in {meta['seconds']} s")
+    log(
+        f"  {gen.written:,} entries, {len(gen.crashes)} crashes, {len(files)} files, "
+        f"{meta['bytes'] / 1e6:.0f} MB in {meta['seconds']} s"
+    )
     return JournalSet(folder, files, meta)
 
 

@@ -37,16 +37,40 @@ EXITED = "98e322203f7a4ed290d09fe03c09fe15"
 def crash_units(restart_sec: float = 0.3) -> dict[str, str]:
     from crashdoc.sandbox.demo import sglang_unit
 
-    fake = [PYTHON, "-m", "crashdoc.sandbox.fake_sglang", "--model-path", "deepseek-ai/DeepSeek-V4-Flash",
-            "--trust-remote-code", "--tp-size", "1"]
+    fake = [
+        PYTHON,
+        "-m",
+        "crashdoc.sandbox.fake_sglang",
+        "--model-path",
+        "deepseek-ai/DeepSeek-V4-Flash",
+        "--trust-remote-code",
+        "--tp-size",
+        "1",
+    ]
     env = {"FAKE_SGLANG_LOAD_SECONDS": "0", "FAKE_SGLANG_KILL_GRACE": "0"}
-    prefill = [*fake, "--port", "30000", "--disaggregation-mode", "prefill", "--enable-hierarchical-cache",
-               "--hicache-size", "150"]
-    decode = [*fake, "--port", "30001", "--disaggregation-mode", "decode", "--enable-hierarchical-cache",
-              "--enable-lmcache"]
+    prefill = [
+        *fake,
+        "--port",
+        "30000",
+        "--disaggregation-mode",
+        "prefill",
+        "--enable-hierarchical-cache",
+        "--hicache-size",
+        "150",
+    ]
+    decode = [
+        *fake,
+        "--port",
+        "30001",
+        "--disaggregation-mode",
+        "decode",
+        "--enable-hierarchical-cache",
+        "--enable-lmcache",
+    ]
     return {
-        PREFILL: sglang_unit("SGLang prefill (DSV4, --hicache-size)", " ".join(prefill), env=env,
-                             restart_sec=restart_sec),
+        PREFILL: sglang_unit(
+            "SGLang prefill (DSV4, --hicache-size)", " ".join(prefill), env=env, restart_sec=restart_sec
+        ),
         DECODE: sglang_unit("SGLang decode (LMCache + HiCache)", " ".join(decode), env=env, restart_sec=restart_sec),
     }
 
@@ -116,8 +140,14 @@ class Observer:
 
 def crash_truth(sandbox, unit: str) -> list[dict[str, float | str]]:
     """Each ended run of `unit`: invocation, last line's and exit record's journal times."""
-    out = sandbox.journalctl("-o", "json", "-u", unit, "--output-fields=MESSAGE_ID,INVOCATION_ID,"
-                             "_SYSTEMD_INVOCATION_ID,_PID,__REALTIME_TIMESTAMP", timeout=60).stdout
+    out = sandbox.journalctl(
+        "-o",
+        "json",
+        "-u",
+        unit,
+        "--output-fields=MESSAGE_ID,INVOCATION_ID,_SYSTEMD_INVOCATION_ID,_PID,__REALTIME_TIMESTAMP",
+        timeout=60,
+    ).stdout
     last_line: dict[str, float] = {}
     exits: list[tuple[str, float]] = []
     for raw in out.splitlines():
@@ -129,12 +159,21 @@ def crash_truth(sandbox, unit: str) -> list[dict[str, float | str]]:
         elif e.get("_SYSTEMD_INVOCATION_ID"):
             inv = e["_SYSTEMD_INVOCATION_ID"]
             last_line[inv] = max(ts, last_line.get(inv, 0.0))
-    return [{"unit": unit, "invocation": inv, "exit": at, "last_line": last_line[inv]}
-            for inv, at in exits if inv in last_line]
+    return [
+        {"unit": unit, "invocation": inv, "exit": at, "last_line": last_line[inv]}
+        for inv, at in exits
+        if inv in last_line
+    ]
 
 
-def measure(crashes: int = 50, dbus: bool = True, interval: float = 0.02, timeout: float = 300.0,
-            restart_sec: float = 0.3, units: tuple[str, ...] = (PREFILL, DECODE)) -> dict:
+def measure(
+    crashes: int = 50,
+    dbus: bool = True,
+    interval: float = 0.02,
+    timeout: float = 300.0,
+    restart_sec: float = 0.3,
+    units: tuple[str, ...] = (PREFILL, DECODE),
+) -> dict:
     from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
 
     start_crashdoc = _e2e().start_crashdoc
@@ -147,8 +186,8 @@ def measure(crashes: int = 50, dbus: bool = True, interval: float = 0.02, timeou
     try:
         config = (
             "units:\n"
-            f"  - {{name: \"{PREFILL}\", role: prefill}}\n"
-            f"  - {{name: \"{DECODE}\", role: decode}}\n"
+            f'  - {{name: "{PREFILL}", role: prefill}}\n'
+            f'  - {{name: "{DECODE}", role: decode}}\n'
             f"dbus: {'true' if dbus else 'false'}\n"
         )
         cd = start_crashdoc(sandbox, config=config)
@@ -174,16 +213,29 @@ def measure(crashes: int = 50, dbus: bool = True, interval: float = 0.02, timeou
                 if count_at is None or diag_at is None:
                     continue
                 shown = max(count_at, diag_at)
-                samples.append({"unit": unit, "k": k, "latency": shown - float(run["last_line"]),
-                                "dying": float(run["exit"]) - float(run["last_line"]),
-                                "crashdoc": shown - float(run["exit"]),
-                                "metric": count_at - float(run["last_line"]),
-                                "diagnoses": diag_at - float(run["last_line"])})
+                samples.append(
+                    {
+                        "unit": unit,
+                        "k": k,
+                        "latency": shown - float(run["last_line"]),
+                        "dying": float(run["exit"]) - float(run["last_line"]),
+                        "crashdoc": shown - float(run["exit"]),
+                        "metric": count_at - float(run["last_line"]),
+                        "diagnoses": diag_at - float(run["last_line"]),
+                    }
+                )
         samples.sort(key=lambda s: s["latency"])
         histogram = _histogram(cd)
-        return {"crashes_ended": len(truth), "samples": samples,
-                "polls": obs.polls, "poll_errors": obs.errors, "interval": interval, "dbus": dbus,
-                "max_lag": max(obs.lag, default=0.0), "histogram": histogram}
+        return {
+            "crashes_ended": len(truth),
+            "samples": samples,
+            "polls": obs.polls,
+            "poll_errors": obs.errors,
+            "interval": interval,
+            "dbus": dbus,
+            "max_lag": max(obs.lag, default=0.0),
+            "histogram": histogram,
+        }
     finally:
         if obs is not None:
             obs.stop()
@@ -249,8 +301,7 @@ def run(results: Results, crashes: int = 50, journal_only: bool = True) -> None:
         variants += [(False, max(10, crashes // 2), 0.3), (True, 10, 5.0), (False, 10, 5.0)]
     for dbus, n, restart_sec in variants:
         log(f"latency: {n} crashes, D-Bus {'on' if dbus else 'off'}, RestartSec={restart_sec} ...")
-        res = measure(n, dbus=dbus, restart_sec=restart_sec,
-                      units=(PREFILL, DECODE) if restart_sec < 1 else (DECODE,))
+        res = measure(n, dbus=dbus, restart_sec=restart_sec, units=(PREFILL, DECODE) if restart_sec < 1 else (DECODE,))
         s = summarize(res, n)
         results.raw[f"latency_dbus_{dbus}_restart_{restart_sec}"] = {"summary": s, **res}
         name = "crash -> /metrics + /diagnoses" + ("" if dbus else " (dbus: false, journal only)")
@@ -259,11 +310,21 @@ def run(results: Results, crashes: int = 50, journal_only: bool = True) -> None:
         main_case = dbus and restart_sec < 1
         ok_p50 = s["p50"] <= 0.25
         ok_p99 = s["p99"] <= 1.0
-        results.add("latency", f"{name}, p50", f"{s['p50'] * 1000:.0f} ms", target="<= 250 ms" if main_case else "",
-                    ok=ok_p50 if main_case else None,
-                    note=f"{s['n']} crashes; process dying (last line -> exit) p50 {s['dying_p50'] * 1000:.0f} ms, "
-                         f"crashdoc (exit -> shown) p50 {s['crashdoc_p50'] * 1000:.0f} ms")
-        results.add("latency", f"{name}, p99", f"{s['p99'] * 1000:.0f} ms", target="<= 1 s" if main_case else "",
-                    ok=ok_p99 if main_case else None,
-                    note=f"max {s['max'] * 1000:.0f} ms; crashdoc part p99 {s['crashdoc_p99'] * 1000:.0f} ms; "
-                         f"polled every {res['interval'] * 1000:.0f} ms")
+        results.add(
+            "latency",
+            f"{name}, p50",
+            f"{s['p50'] * 1000:.0f} ms",
+            target="<= 250 ms" if main_case else "",
+            ok=ok_p50 if main_case else None,
+            note=f"{s['n']} crashes; process dying (last line -> exit) p50 {s['dying_p50'] * 1000:.0f} ms, "
+            f"crashdoc (exit -> shown) p50 {s['crashdoc_p50'] * 1000:.0f} ms",
+        )
+        results.add(
+            "latency",
+            f"{name}, p99",
+            f"{s['p99'] * 1000:.0f} ms",
+            target="<= 1 s" if main_case else "",
+            ok=ok_p99 if main_case else None,
+            note=f"max {s['max'] * 1000:.0f} ms; crashdoc part p99 {s['crashdoc_p99'] * 1000:.0f} ms; "
+            f"polled every {res['interval'] * 1000:.0f} ms",
+        )

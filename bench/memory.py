@@ -60,8 +60,7 @@ def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, f
     r.close()
     state = workdir / "follow-state"
     state.mkdir(parents=True, exist_ok=True)
-    (state / "state.json").write_text(json.dumps({"version": 1, "cursor": cursor, "saved_at": time.time(),
-                                                  "data": {}}))
+    (state / "state.json").write_text(json.dumps({"version": 1, "cursor": cursor, "saved_at": time.time(), "data": {}}))
     folders, note = library_folders()
     config = workdir / "follow.yaml"
     listed = ", ".join(f'"{f}"' for f in folders)
@@ -69,8 +68,18 @@ def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, f
     config.write_text('units:\n  - {name: "sglang*.service", role: any}\ndbus: false\n' + extra)
     port = _port()
     base = f"http://127.0.0.1:{port}"
-    argv = [*CRASHDOC, "run", "--config", str(config), "--directory", str(js.folder), "--state-directory",
-            str(state), "--listen", f"127.0.0.1:{port}"]
+    argv = [
+        *CRASHDOC,
+        "run",
+        "--config",
+        str(config),
+        "--directory",
+        str(js.folder),
+        "--state-directory",
+        str(state),
+        "--listen",
+        f"127.0.0.1:{port}",
+    ]
     log_path = workdir / "follow.log"
     entries = int(js.meta["entries"])
     with open(log_path, "wb") as out:
@@ -95,12 +104,19 @@ def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, f
         time.sleep(1.0)
         status = proc_status(proc.pid)
         m = _metrics(base)
-        return {"seconds": seconds, "rss_kib": status.get("VmRSS", 0), "hwm_kib": status.get("VmHWM", 0),
-                "anon_kib": status.get("RssAnon", 0), "file_kib": status.get("RssFile", 0) + status.get("RssShmem", 0),
-                "peak_sampled_kib": peak, "peak_anon_kib": peak_anon, "peak_file_kib": peak_file,
-                "entries": entries,
-                "units_looping": sum(v for k, v in m.items() if k.startswith("crashdoc_unit_crashloop{")),
-                "crashes": sum(v for k, v in m.items() if k.startswith("crashdoc_crashes_total{"))}
+        return {
+            "seconds": seconds,
+            "rss_kib": status.get("VmRSS", 0),
+            "hwm_kib": status.get("VmHWM", 0),
+            "anon_kib": status.get("RssAnon", 0),
+            "file_kib": status.get("RssFile", 0) + status.get("RssShmem", 0),
+            "peak_sampled_kib": peak,
+            "peak_anon_kib": peak_anon,
+            "peak_file_kib": peak_file,
+            "entries": entries,
+            "units_looping": sum(v for k, v in m.items() if k.startswith("crashdoc_unit_crashloop{")),
+            "crashes": sum(v for k, v in m.items() if k.startswith("crashdoc_crashes_total{")),
+        }
     finally:
         proc.terminate()
         try:
@@ -130,14 +146,22 @@ def flood(rate: float = 10_000, seconds: float = 60.0) -> dict[str, object]:
     try:
         # journald's own rate limit (10000 lines per 30 s, scaled by free space) would drop most of the
         # flood: the unit's LogRateLimitIntervalSec=0 needs cgroup xattrs the sandbox may not have
-        sandbox.run(["sh", "-c", "mkdir -p /run/systemd/journald.conf.d && printf '[Journal]\\nRateLimitInterval"
-                     "Sec=0\\nRateLimitBurst=0\\n' > /run/systemd/journald.conf.d/bench.conf && "
-                     "systemctl restart systemd-journald"], check=True, timeout=60)
+        sandbox.run(
+            [
+                "sh",
+                "-c",
+                "mkdir -p /run/systemd/journald.conf.d && printf '[Journal]\\nRateLimitInterval"
+                "Sec=0\\nRateLimitBurst=0\\n' > /run/systemd/journald.conf.d/bench.conf && "
+                "systemctl restart systemd-journald",
+            ],
+            check=True,
+            timeout=60,
+        )
         config = (
             "units:\n"
-            f"  - {{name: \"{PREFILL}\", role: prefill}}\n"
-            f"  - {{name: \"{DECODE}\", role: decode}}\n"
-            f"  - {{name: \"{flood_unit}\", role: decode}}\n"
+            f'  - {{name: "{PREFILL}", role: prefill}}\n'
+            f'  - {{name: "{DECODE}", role: decode}}\n'
+            f'  - {{name: "{flood_unit}", role: decode}}\n'
         )
         cd = _e2e().start_crashdoc(sandbox, config=config)
         pid = cd.pid
@@ -164,8 +188,9 @@ def flood(rate: float = 10_000, seconds: float = 60.0) -> dict[str, object]:
         status = proc_status(pid)
         m = _metrics(cd.base)
         looping = {u: m.get(f'crashdoc_unit_crashloop{{unit="{u}"}}', 0.0) for u in (PREFILL, DECODE)}
-        written = sandbox.run(["sh", "-c", f"journalctl -u {flood_unit} -o cat --no-pager | wc -l"],
-                              timeout=120).stdout.strip()
+        written = sandbox.run(
+            ["sh", "-c", f"journalctl -u {flood_unit} -o cat --no-pager | wc -l"], timeout=120
+        ).stdout.strip()
         report = sandbox.journalctl("-u", flood_unit, "-o", "cat", "-g", "^flood: ", timeout=120).stdout.strip()
         suppressed = sandbox.journalctl("-o", "cat", "-g", "Suppressed", timeout=60).stdout.strip()
         return {
@@ -208,14 +233,19 @@ def run(js: JournalSet | None, results: Results, flood_seconds: float = 60.0, ra
         results.raw["memory_follow"] = f
         mb = f["hwm_kib"] / 1024
         rss = f["rss_kib"] / 1024
-        results.add("memory", f"after following {f['entries']:,} entries (crashdoc run)",
-                    f"{rss:.1f} MB RSS (VmHWM {mb:.1f} MB)", f"{rss / (base / 1024):.2f} x baseline",
-                    f"VmRSS <= {LIMIT_MB} MB", rss <= LIMIT_MB,
-                    note=f"of which {f['anon_kib'] / 1024:.1f} MB anonymous (heap), {f['file_kib'] / 1024:.1f} MB "
-                         f"file pages (shared libraries + journal); peak during catch-up: heap "
-                         f"{f['peak_anon_kib'] / 1024:.1f} MB, file {f['peak_file_kib'] / 1024:.1f} MB; "
-                         f"caught up in {f['seconds']:.1f} s ({f['entries'] / f['seconds']:,.0f}"
-                         f" entries/s); {f['crashes']:.0f} crashes counted")
+        results.add(
+            "memory",
+            f"after following {f['entries']:,} entries (crashdoc run)",
+            f"{rss:.1f} MB RSS (VmHWM {mb:.1f} MB)",
+            f"{rss / (base / 1024):.2f} x baseline",
+            f"VmRSS <= {LIMIT_MB} MB",
+            rss <= LIMIT_MB,
+            note=f"of which {f['anon_kib'] / 1024:.1f} MB anonymous (heap), {f['file_kib'] / 1024:.1f} MB "
+            f"file pages (shared libraries + journal); peak during catch-up: heap "
+            f"{f['peak_anon_kib'] / 1024:.1f} MB, file {f['peak_file_kib'] / 1024:.1f} MB; "
+            f"caught up in {f['seconds']:.1f} s ({f['entries'] / f['seconds']:,.0f}"
+            f" entries/s); {f['crashes']:.0f} crashes counted",
+        )
     reason = unavailable_reason()
     if reason is not None:
         results.add("memory", "flood", "skipped", note=f"cannot boot a private systemd: {reason}")
@@ -226,14 +256,24 @@ def run(js: JournalSet | None, results: Results, flood_seconds: float = 60.0, ra
     results.raw["memory_flood_samples"] = fl["samples"]
     mb = fl["hwm_kib"] / 1024  # type: ignore[operator]
     rec = fl["recovered_after_flood"]
-    results.add("memory", f"flood {rate / 1000:.0f}k lines/s x {flood_seconds:.0f} s, others crash-looping",
-                f"{fl['rss_max_kib'] / 1024:.1f} MB max RSS, {mb:.1f} MB HWM",  # type: ignore[operator]
-                f"{mb / (base / 1024):.2f} x baseline", f"<= {LIMIT_MB} MB", mb <= LIMIT_MB,
-                note=f"max {fl['anon_max_kib'] / 1024:.1f} MB anonymous (heap), {fl['file_end_kib'] / 1024:.1f} MB "
-                     f"file pages (shared libraries + journal) at the end; {fl['flood_entries']:,} flood entries "
-                     "in the journal "
-                     f"({fl['writer'] or 'writer report missing'}); "
-                     f"loops still diagnosed: {sum(1 for v in fl['looping'].values() if v == 1.0)}/2")  # type: ignore
-    results.add("memory", "journal lag during the flood", f"max {fl['lag_max']:.1f} s",
-                target="recovers", ok=rec is not None,
-                note="back under 1 s " + (f"{rec:.1f} s after the flood ended" if rec is not None else "never (120 s)"))
+    results.add(
+        "memory",
+        f"flood {rate / 1000:.0f}k lines/s x {flood_seconds:.0f} s, others crash-looping",
+        f"{fl['rss_max_kib'] / 1024:.1f} MB max RSS, {mb:.1f} MB HWM",  # type: ignore[operator]
+        f"{mb / (base / 1024):.2f} x baseline",
+        f"<= {LIMIT_MB} MB",
+        mb <= LIMIT_MB,
+        note=f"max {fl['anon_max_kib'] / 1024:.1f} MB anonymous (heap), {fl['file_end_kib'] / 1024:.1f} MB "
+        f"file pages (shared libraries + journal) at the end; {fl['flood_entries']:,} flood entries "
+        "in the journal "
+        f"({fl['writer'] or 'writer report missing'}); "
+        f"loops still diagnosed: {sum(1 for v in fl['looping'].values() if v == 1.0)}/2",
+    )  # type: ignore
+    results.add(
+        "memory",
+        "journal lag during the flood",
+        f"max {fl['lag_max']:.1f} s",
+        target="recovers",
+        ok=rec is not None,
+        note="back under 1 s " + (f"{rec:.1f} s after the flood ended" if rec is not None else "never (120 s)"),
+    )

@@ -44,8 +44,13 @@ def profile(js: JournalSet, rate: int = 200) -> tuple[Counter[str], Counter[str]
     folders, note = library_folders()
     argv = diagnose_argv([str(f) for f in js.files], [str(f) for f in folders] if note else [])
     out = DATA / "profile.txt"
-    subprocess.run([tool, "record", "--format", "raw", "--rate", str(rate), "--output", str(out), "--nonblocking",
-                    "--", *argv], check=True, capture_output=True, env=_env(), cwd=ROOT)
+    subprocess.run(
+        [tool, "record", "--format", "raw", "--rate", str(rate), "--output", str(out), "--nonblocking", "--", *argv],
+        check=True,
+        capture_output=True,
+        env=_env(),
+        cwd=ROOT,
+    )
     inclusive: Counter[str] = Counter()
     own: Counter[str] = Counter()
     total = 0

@@ -71,8 +71,9 @@ def synthetic_folder(total: int) -> Path:
             made.append(clone)
             n += 1
     for i in range(0, len(made), 100):
-        (out / f"synthetic-{i // 100:03d}.yaml").write_text(yaml.safe_dump({"signatures": made[i : i + 100]},
-                                                                             sort_keys=False, width=200))
+        (out / f"synthetic-{i // 100:03d}.yaml").write_text(
+            yaml.safe_dump({"signatures": made[i : i + 100]}, sort_keys=False, width=200)
+        )
     lib = load_library([out])
     if len(lib) != total:
         raise RuntimeError(f"synthetic library has {len(lib)} signatures, wanted {total}")
@@ -122,8 +123,9 @@ def feed_once(lib, events) -> tuple[float, int]:
     return seconds, len(engine.diagnoses())
 
 
-def run(js: JournalSet, results: Results, rounds: int = 3, lines: int = 200_000,
-        sizes: tuple[int, ...] = SIZES) -> dict[int, float]:
+def run(
+    js: JournalSet, results: Results, rounds: int = 3, lines: int = 200_000, sizes: tuple[int, ...] = SIZES
+) -> dict[int, float]:
     from crashdoc.events import LogLine
 
     libs = libraries(sizes)
@@ -141,8 +143,13 @@ def run(js: JournalSet, results: Results, rounds: int = 3, lines: int = 200_000,
     base = rate[sizes[0]]
     results.raw["scale"] = {"lines": n_lines, "seconds": times, "rate": rate, "diagnoses": found}
     for size in libs:
-        row = results.add("library scale", f"engine path, {size} signatures", fmt_rate(rate[size]) + " lines",
-                          f"{rate[size] / base:.2f} x {sizes[0]}", note=f"{found[size]} diagnoses")
+        row = results.add(
+            "library scale",
+            f"engine path, {size} signatures",
+            fmt_rate(rate[size]) + " lines",
+            f"{rate[size] / base:.2f} x {sizes[0]}",
+            note=f"{found[size]} diagnoses",
+        )
         if size == max(libs):
             row.target = f">= 0.8 x {sizes[0]}"
             row.ok = rate[size] >= 0.8 * base

@@ -35,8 +35,9 @@ def _env(src: str | None = None) -> dict[str, str]:
 
 
 def run_reader(case: str, files: list[str]) -> tuple[int, float]:
-    out = subprocess.run([PYTHON, "-m", "bench.readers", case, *files], capture_output=True, text=True,
-                         check=True, env=_env(), cwd=ROOT)
+    out = subprocess.run(
+        [PYTHON, "-m", "bench.readers", case, *files], capture_output=True, text=True, check=True, env=_env(), cwd=ROOT
+    )
     doc = json.loads(out.stdout)
     return int(doc["entries"]), float(doc["seconds"])
 
@@ -62,8 +63,14 @@ def run_crashdoc(files: list[str], signatures: list[str], src: str | None = None
     return seconds, cpu, json.loads(out.stdout)["diagnoses"]
 
 
-def run(js: JournalSet, results: Results, rounds: int = 2, cases: tuple[str, ...] = CASES,
-        warm: bool = True, before_src: str | None = None) -> dict[str, float]:
+def run(
+    js: JournalSet,
+    results: Results,
+    rounds: int = 2,
+    cases: tuple[str, ...] = CASES,
+    warm: bool = True,
+    before_src: str | None = None,
+) -> dict[str, float]:
     files = [str(f) for f in js.files]
     entries = int(js.meta["entries"])
     folders, note = library_folders()
@@ -104,8 +111,15 @@ def run(js: JournalSet, results: Results, rounds: int = 2, cases: tuple[str, ...
     return {c: entries / median(t) for c, t in times.items()}
 
 
-def summarize(js: JournalSet, results: Results, times: dict[str, list[float]], diagnoses: list[dict],
-              cpu: list[float], rounds: int, fast_rounds: int) -> None:
+def summarize(
+    js: JournalSet,
+    results: Results,
+    times: dict[str, list[float]],
+    diagnoses: list[dict],
+    cpu: list[float],
+    rounds: int,
+    fast_rounds: int,
+) -> None:
     """Rows: each case's median rate; ratios to (a) by medians and by each case's fastest run.
 
     On a shared VM one round can run 2x slower than the next; the fastest run of each case is
@@ -119,15 +133,25 @@ def summarize(js: JournalSet, results: Results, times: dict[str, list[float]], d
     crashed = Counter(c["unit"] for c in js.meta["crashes"])  # type: ignore[union-attr]
     counted = {d["unit"]: d["crashes"] for d in diagnoses}
     found = ", ".join(f"{d['unit'].split('.')[0]}: {d['signature'] or 'unknown'} x{d['crashes']}" for d in diagnoses)
-    results.raw["throughput"] = {"entries": entries, "files": len(files), "seconds": times, "rate": rate,
-                                 "best": best, "crashdoc_cpu": cpu, "diagnoses": diagnoses,
-                                 "crashes_injected": dict(crashed)}
+    results.raw["throughput"] = {
+        "entries": entries,
+        "files": len(files),
+        "seconds": times,
+        "rate": rate,
+        "best": best,
+        "crashdoc_cpu": cpu,
+        "diagnoses": diagnoses,
+        "crashes_injected": dict(crashed),
+    }
     base, base_best = rate.get("floor"), best.get("floor")
     for case in cases:
         ratio = f"{rate[case] / base:.2f} x (a); fastest runs {best[case] / base_best:.2f}" if base_best else ""
-        row = results.add("throughput", LABELS[case],
-                          f"{fmt_rate(rate[case])} ({median(times[case]):.1f} s, fastest {min(times[case]):.1f} s)",
-                          ratio)
+        row = results.add(
+            "throughput",
+            LABELS[case],
+            f"{fmt_rate(rate[case])} ({median(times[case]):.1f} s, fastest {min(times[case]):.1f} s)",
+            ratio,
+        )
         if case == "crashdoc" and base and base_best:
             row.target = ">= 0.6 x (a)"
             row.ok = best[case] >= 0.6 * base_best
@@ -138,10 +162,14 @@ def summarize(js: JournalSet, results: Results, times: dict[str, list[float]], d
                     extra.append(f"{got:.1f} x ({letter}) (target >= {want:.0f}: {'yes' if got >= want else 'NO'})")
             row.note = "; ".join(extra)
     if diagnoses or "crashdoc" in cases:
-        results.add("throughput", "(d) did the work", f"{len(diagnoses)} diagnoses",
-                    note="crashes counted / injected: " + ", ".join(
-                        f"{u.split('.')[0]} {counted.get(u, 0)}/{n}" for u, n in sorted(crashed.items()))
-                    + f"; found: {found[:300]}")
+        results.add(
+            "throughput",
+            "(d) did the work",
+            f"{len(diagnoses)} diagnoses",
+            note="crashes counted / injected: "
+            + ", ".join(f"{u.split('.')[0]} {counted.get(u, 0)}/{n}" for u, n in sorted(crashed.items()))
+            + f"; found: {found[:300]}",
+        )
     results.notes.append(
         f"throughput: {entries:,} entries in {len(files)} journal files ({js.meta.get('bytes', 0) / 1e6:.0f} MB); "
         f"(a), (d), (d0) run {fast_rounds} times, (b), (c) {rounds} times, interleaved; (d) is a whole CLI process "

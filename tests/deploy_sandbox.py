@@ -79,9 +79,21 @@ def deploy_workdir() -> Iterator[Path]:
 def _runs_unprivileged(python: Path) -> bool:
     r = subprocess.run(
         # exec'd by an unprivileged shell: setpriv's own exec still reaches into /root
-        ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups", "--", "/bin/sh", "-c",
-         'exec "$0" -c "import crashdoc.daemon, systemd.daemon, pystemd.dbuslib"', str(python)],
-        capture_output=True, text=True, cwd="/", timeout=60,
+        [
+            "setpriv",
+            f"--reuid={NOBODY}",
+            f"--regid={NOBODY}",
+            "--clear-groups",
+            "--",
+            "/bin/sh",
+            "-c",
+            'exec "$0" -c "import crashdoc.daemon, systemd.daemon, pystemd.dbuslib"',
+            str(python),
+        ],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        timeout=60,
     )
     return r.returncode == 0
 
@@ -170,8 +182,13 @@ class CrashdocUnit(Crashdoc):
         return dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
 
 
-def install_crashdoc_unit(sandbox: PrivateSystemd, workdir: Path, config: str, *, port: int | None = None,
-                          ) -> tuple[CrashdocUnit, str]:
+def install_crashdoc_unit(
+    sandbox: PrivateSystemd,
+    workdir: Path,
+    config: str,
+    *,
+    port: int | None = None,
+) -> tuple[CrashdocUnit, str]:
     """Install the shipped unit (ExecStart rewritten) with `config` (`{listen}`, `{port}` are filled in);
     not started.
 

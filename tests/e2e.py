@@ -153,8 +153,9 @@ def restart_crashdoc(cd: Crashdoc, *, wait: bool = True) -> Crashdoc:
     return cd
 
 
-def wait_for(predicate: Callable[[], object], timeout: float, what: str, cd: Crashdoc | None = None,
-             interval: float = 0.1) -> object:
+def wait_for(
+    predicate: Callable[[], object], timeout: float, what: str, cd: Crashdoc | None = None, interval: float = 0.1
+) -> object:
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         value = predicate()

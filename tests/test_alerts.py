@@ -219,7 +219,13 @@ def test_refused_connections_count_as_errors_through_the_real_transport(senders:
         port = sock.getsockname()[1]  # closed again: nothing listens there
     logged: list[str] = []
     s = AlertSender(
-        f"http://127.0.0.1:{port}", "h", runbook_url, Health(), timeout=1, backoff_initial=0.05, backoff_max=0.1,
+        f"http://127.0.0.1:{port}",
+        "h",
+        runbook_url,
+        Health(),
+        timeout=1,
+        backoff_initial=0.05,
+        backoff_max=0.1,
         log=logged.append,
     )
     senders.append(s)

@@ -22,8 +22,10 @@ def feed(lines: list[tuple[int, str]], assembler: TracebackAssembler | None = No
 def wrapped(rank: str, exc_lines: list[str], frames: int = 1) -> list[str]:
     body = [f"[2026-05-01 12:00:03 {rank}] Scheduler hit an exception: Traceback (most recent call last):"]
     for i in range(frames):
-        body += [f'  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line {i}, in f{i}',
-                 "    do()"]
+        body += [
+            f'  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line {i}, in f{i}',
+            "    do()",
+        ]
     return [*body, *exc_lines, ""]
 
 
@@ -33,23 +35,28 @@ def test_interleaved_ranks_are_kept_apart_by_pid() -> None:
     lines = [x for pair in zip([(10, t) for t in tp0], [(11, t) for t in tp1], strict=True) for x in pair]
     tbs = feed(lines)
     assert sorted((tb.rank, tb.final.message, len(tb.final.frames)) for tb in tbs) == [
-        ("TP0", "first", 3), ("TP1", "second", 3)]
+        ("TP0", "first", 3),
+        ("TP1", "second", 3),
+    ]
     assert all(tb.wrapper == "Scheduler" for tb in tbs)
 
 
 def test_a_chain_inside_a_wrapped_record_is_one_traceback() -> None:
-    lines = wrapped("TP1", [
-        "RuntimeError: CUDA error: invalid argument",
-        "",
-        "During handling of the above exception, another exception occurred:",
-        "",
-        "Traceback (most recent call last):",
-        '  File "/x/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", line 602, in __init__',
-        "    raise Exception(",
-        "Exception: Capture cuda graph failed: CUDA error: invalid argument",
-        "Possible solutions:",
-        "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
-    ])
+    lines = wrapped(
+        "TP1",
+        [
+            "RuntimeError: CUDA error: invalid argument",
+            "",
+            "During handling of the above exception, another exception occurred:",
+            "",
+            "Traceback (most recent call last):",
+            '  File "/x/sglang/srt/model_executor/runner/decode_cuda_graph_runner.py", line 602, in __init__',
+            "    raise Exception(",
+            "Exception: Capture cuda graph failed: CUDA error: invalid argument",
+            "Possible solutions:",
+            "1. set --mem-fraction-static to a smaller value (e.g., 0.8 or 0.7)",
+        ],
+    )
     [tb] = feed([(5, t) for t in lines])
     assert [e.type for e in tb.chain] == ["RuntimeError", "Exception"]
     assert tb.final.message.splitlines()[1] == "Possible solutions:"
@@ -77,7 +84,7 @@ def test_a_log_cut_mid_traceback_still_gives_the_exception() -> None:
         "triton.compiler.errors.CompilationError: at 1:0:",
         "def _fwd_grouped_kernel_stage1(",
         "^",
-        "ValueError(\"type fp8e4nv not supported in this architecture.\")",
+        'ValueError("type fp8e4nv not supported in this architecture.")',
         "",
         "[2026-06-10 06:37:50] Received sigquit from a child process. It usually means the child failed.",
     ]
@@ -117,8 +124,18 @@ def test_ansi_and_control_characters_are_removed_before_parsing() -> None:
 
 
 def test_the_same_error_from_eight_ranks_has_one_fingerprint() -> None:
-    tbs = feed([(100 + r, t) for r in range(8) for t in wrapped(
-        f"TP{r}", [f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB. GPU {r} has a total "
-                   f"capacity of 79.1{r} GiB of which 3.88 GiB is free."])])
+    tbs = feed(
+        [
+            (100 + r, t)
+            for r in range(8)
+            for t in wrapped(
+                f"TP{r}",
+                [
+                    f"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 12.00 GiB. GPU {r} has a total "
+                    f"capacity of 79.1{r} GiB of which 3.88 GiB is free."
+                ],
+            )
+        ]
+    )
     assert len(tbs) == 8 and len({fingerprint_traceback(tb) for tb in tbs}) == 1
     assert "<n>" in normalise_message("GPU 3 has 79.1 GiB at 0x7f00 in /opt/x/y.py")

@@ -39,12 +39,22 @@ def crash_loop_entries() -> list[dict[str, str | bytes]]:
         invocation = f"{run:032x}"
         entries += [line(text, pid=str(100 + run), invocation=invocation) for text in TRACEBACK]
         entries += [
-            {**pid1(f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", MESSAGE_ID=EXITED,
-                    EXIT_CODE="exited", EXIT_STATUS="1"), "INVOCATION_ID": invocation},
-            {**pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
-             "INVOCATION_ID": invocation},
-            pid1(f"{UNIT}: Scheduled restart job, restart counter is at {run}.", MESSAGE_ID=RESTART,
-                 N_RESTARTS=str(run)),
+            {
+                **pid1(
+                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+                    MESSAGE_ID=EXITED,
+                    EXIT_CODE="exited",
+                    EXIT_STATUS="1",
+                ),
+                "INVOCATION_ID": invocation,
+            },
+            {
+                **pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
+                "INVOCATION_ID": invocation,
+            },
+            pid1(
+                f"{UNIT}: Scheduled restart job, restart counter is at {run}.", MESSAGE_ID=RESTART, N_RESTARTS=str(run)
+            ),
         ]
     return entries
 
@@ -138,7 +148,7 @@ def test_explain_still_reads_a_log_with_some_junk_and_stdin(tmp_path: Path) -> N
 # --- the state file ------------------------------------------------------------------------------------
 
 DAMAGED = {
-    "not-json": b"{\"version\": 1, \"cursor\": ",
+    "not-json": b'{"version": 1, "cursor": ',
     "binary": bytes(range(256)) * 4,
     "other-version": b'{"version": 99, "cursor": "s=1;i=2"}',
     "cursor-not-text": b'{"version": 1, "cursor": 5}',
@@ -186,9 +196,23 @@ def test_the_daemon_starts_at_the_journal_end_after_a_damaged_state_file(tmp_pat
     port = free_port()
     log = tmp_path / "crashdoc.log"
     with open(log, "wb") as out:
-        proc = subprocess.Popen([*CRASHDOC, "run", "--config", str(config), "--directory", str(folder),
-                                 "--state-directory", str(state), "--listen", f"127.0.0.1:{port}"],
-                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
+        proc = subprocess.Popen(
+            [
+                *CRASHDOC,
+                "run",
+                "--config",
+                str(config),
+                "--directory",
+                str(folder),
+                "--state-directory",
+                str(state),
+                "--listen",
+                f"127.0.0.1:{port}",
+            ],
+            stdout=out,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
     try:
         body = ""
         deadline = time.monotonic() + 60

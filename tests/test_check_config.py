@@ -56,7 +56,11 @@ def test_example_documents_every_option() -> None:
         *config_module._TOP,
         *(f.name for f in dataclasses.fields(Thresholds)),
         *(f.name for f in dataclasses.fields(AlertmanagerConfig)),
-        "builtin", "folders", "directory", "name", "role",
+        "builtin",
+        "folders",
+        "directory",
+        "name",
+        "role",
     ]
     assert [k for k in keys if not written(k)] == []
     assert all(role in text for role in ROLES)
@@ -65,8 +69,11 @@ def test_example_documents_every_option() -> None:
 def test_example_values_are_the_defaults_except_units() -> None:
     example = load_config(EXAMPLE)
     default = Config()
-    differ = [f.name for f in dataclasses.fields(Config)
-              if getattr(example, f.name) != getattr(default, f.name) and f.name not in ("units", "source")]
+    differ = [
+        f.name
+        for f in dataclasses.fields(Config)
+        if getattr(example, f.name) != getattr(default, f.name) and f.name not in ("units", "source")
+    ]
     assert differ == [] or (differ == ["state_directory"] and example.state_directory == "/var/lib/crashdoc")
 
 
@@ -106,17 +113,22 @@ def signature_folder(root: Path) -> Path:
         ("dbus: maybe\n", r":1: dbus: must be true or false"),
         ("units: [\n", r":2: invalid YAML"),
         ("listen: a:1\nlisten: b:2\n", r":2: duplicate key 'listen'"),
-        ("signatures:\n  folders:\n    - /nonexistent/crashdoc-signatures\n",
-         r":3: signatures\.folders: /nonexistent/crashdoc-signatures: no such folder"),
-        ("signatures: [/nonexistent/crashdoc-signatures]\n",
-         r":1: signatures\.folders: /nonexistent/crashdoc-signatures: no such folder"),
+        (
+            "signatures:\n  folders:\n    - /nonexistent/crashdoc-signatures\n",
+            r":3: signatures\.folders: /nonexistent/crashdoc-signatures: no such folder",
+        ),
+        (
+            "signatures: [/nonexistent/crashdoc-signatures]\n",
+            r":1: signatures\.folders: /nonexistent/crashdoc-signatures: no such folder",
+        ),
         ("signatures:\n  builtin: false\n", r":2: signatures: no library"),
         ("journal:\n  directory: /nonexistent/journal\n", r":2: journal\.directory: /nonexistent/journal: no such"),
         ("state_directory: var/lib/crashdoc\n", r":1: state_directory: must be an absolute path"),
     ],
 )
-def test_broken_configs_name_file_and_line(tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str,
-                                           expected: str) -> None:
+def test_broken_configs_name_file_and_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], text: str, expected: str
+) -> None:
     path = tmp_path / "crashdoc.yaml"
     path.write_text(text)
     r = check_here(path, capsys)

@@ -21,9 +21,11 @@ import pytest
 from crashdoc.config import ConfigError, load_config
 from e2e import CRASHDOC, free_port
 
-LAUGHS = "a0: &a0 [x, x, x, x, x, x, x, x, x]\n" + "".join(
-    f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9)
-) + "units: *a8\n"
+LAUGHS = (
+    "a0: &a0 [x, x, x, x, x, x, x, x, x]\n"
+    + "".join(f"a{i}: &a{i} [{', '.join([f'*a{i - 1}'] * 9)}]\n" for i in range(1, 9))
+    + "units: *a8\n"
+)
 
 HOSTILE = [
     ("units: &u [*u]\n", r":1: an alias refers to a collection that contains it"),
@@ -37,8 +39,11 @@ HOSTILE = [
 ]
 
 
-@pytest.mark.parametrize(("text", "expected"), HOSTILE, ids=[
-    "recursive-alias", "billion-laughs", "huge-int", "nul", "escape", "deep", "list", "mapping-units"])
+@pytest.mark.parametrize(
+    ("text", "expected"),
+    HOSTILE,
+    ids=["recursive-alias", "billion-laughs", "huge-int", "nul", "escape", "deep", "list", "mapping-units"],
+)
 def test_hostile_yaml_gives_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "crashdoc.yaml"
     path.write_text(text)
@@ -64,8 +69,21 @@ def test_unreadable_config_files_give_a_clear_error(tmp_path: Path, kind: str) -
 def test_run_refuses_to_start_with_file_and_line(tmp_path: Path, text: str, expected: str) -> None:
     path = tmp_path / "crashdoc.yaml"
     path.write_text(text)
-    r = subprocess.run([*CRASHDOC, "run", "--config", str(path), "--listen", f"127.0.0.1:{free_port()}",
-                        "--state-directory", str(tmp_path / "state")], capture_output=True, text=True, timeout=120)
+    r = subprocess.run(
+        [
+            *CRASHDOC,
+            "run",
+            "--config",
+            str(path),
+            "--listen",
+            f"127.0.0.1:{free_port()}",
+            "--state-directory",
+            str(tmp_path / "state"),
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
     assert r.returncode == 1
     assert r.stderr.startswith("crashdoc: invalid configuration, not starting:\n"), r.stderr
     assert re.search(re.escape(str(path)) + expected, r.stderr), r.stderr
@@ -89,8 +107,9 @@ def _bad_unit() -> str:
 
 
 def _crashes(cd, unit: str) -> float:
-    return sum(v for (name, labels), v in cd.metrics().items()
-               if name == "crashdoc_crashes_total" and ("unit", unit) in labels)
+    return sum(
+        v for (name, labels), v in cd.metrics().items() if name == "crashdoc_crashes_total" and ("unit", unit) in labels
+    )
 
 
 def _hup(cd) -> None:
@@ -104,8 +123,7 @@ def test_sighup_reloads_the_configuration_and_keeps_the_old_one_when_invalid(san
 
     a, b = "sglang-a.service", "sglang-b.service"
     sandbox = sandbox_factory({a: _bad_unit(), b: _bad_unit()}, workdir=sandbox_workdir, start_units=[])
-    first = (f"units: [{a}]\nthresholds: {{startup_crashes: 50}}\n"
-             "runbook_base_url: http://old.example.net/crashdoc\n")
+    first = f"units: [{a}]\nthresholds: {{startup_crashes: 50}}\nrunbook_base_url: http://old.example.net/crashdoc\n"
     cd = start_crashdoc(sandbox, config=first)
     assert cd.config_path is not None
     try:
@@ -118,7 +136,8 @@ def test_sighup_reloads_the_configuration_and_keeps_the_old_one_when_invalid(san
         # restart, and the listen address stays the command line's (--listen wins over the file)
         cd.config_path.write_text(
             f"units: [{a}, {{name: {b}, role: prefill}}]\nthresholds: {{startup_crashes: 2}}\n"
-            f"runbook_base_url: http://new.example.net/crashdoc\nlisten: 127.0.0.1:{free_port()}\ninstance: renamed\n")
+            f"runbook_base_url: http://new.example.net/crashdoc\nlisten: 127.0.0.1:{free_port()}\ninstance: renamed\n"
+        )
         _hup(cd)
         wait_for(lambda: cd.metric("crashdoc_config_reloads_total") == 1.0, 20, "the reload", cd)
         later = f"instance changed in {cd.config_path}: it takes effect when crashdoc restarts"
@@ -135,8 +154,12 @@ def test_sighup_reloads_the_configuration_and_keeps_the_old_one_when_invalid(san
         cd.config_path.write_text(f"units: [{a}]\nthresholds:\n  recovery: soon\n")
         _hup(cd)
         wait_for(lambda: cd.metric("crashdoc_config_reload_errors_total") == 1.0, 20, "the rejected reload", cd)
-        wait_for(lambda: f"{cd.config_path}:3: thresholds.recovery: must be a positive number, got 'soon'" in cd.log(),
-                 10, "the problem logged as file:line", cd)
+        wait_for(
+            lambda: f"{cd.config_path}:3: thresholds.recovery: must be a positive number, got 'soon'" in cd.log(),
+            10,
+            "the problem logged as file:line",
+            cd,
+        )
         assert cd.metric("crashdoc_config_last_reload_successful") == 0.0
         crashes_b = _crashes(cd, b)
         wait_for(lambda: _crashes(cd, b) > crashes_b, 60, "b still followed after the rejected reload", cd)

@@ -43,34 +43,53 @@ def test_alertmanager_example_is_valid() -> None:
     ("labels", "receivers"),
     [
         # a loop with a flag to change pages the serving on-call
-        ({"alertname": "SGLangCrashLoop", "signature": "dsv4-hicache-size-unsupported", "severity": "critical"},
-         "sglang-pager"),
+        (
+            {"alertname": "SGLangCrashLoop", "signature": "dsv4-hicache-size-unsupported", "severity": "critical"},
+            "sglang-pager",
+        ),
         # the same loop pushed by crashdoc itself (alertmanager.url) is routed the same way
-        ({"alertname": "CrashdocCrashLoop", "signature": "dsv4-hicache-size-unsupported", "severity": "critical"},
-         "sglang-pager"),
+        (
+            {"alertname": "CrashdocCrashLoop", "signature": "dsv4-hicache-size-unsupported", "severity": "critical"},
+            "sglang-pager",
+        ),
         # nobody knows this error yet: page, and tell the signature writers
-        ({"alertname": "SGLangCrashLoopUnknown", "signature": "unknown", "severity": "critical"},
-         "sglang-pager,crashdoc-signature-gaps"),
+        (
+            {"alertname": "SGLangCrashLoopUnknown", "signature": "unknown", "severity": "critical"},
+            "sglang-pager,crashdoc-signature-gaps",
+        ),
         # the fabric, not a flag
-        ({"alertname": "SGLangCrashLoop", "signature": "nccl-watchdog-terminated", "severity": "critical"},
-         "fabric-pager"),
-        ({"alertname": "SGLangCrashLoop", "signature": "pd-kv-bootstrap-timeout", "severity": "critical"},
-         "fabric-pager"),
+        (
+            {"alertname": "SGLangCrashLoop", "signature": "nccl-watchdog-terminated", "severity": "critical"},
+            "fabric-pager",
+        ),
+        (
+            {"alertname": "SGLangCrashLoop", "signature": "pd-kv-bootstrap-timeout", "severity": "critical"},
+            "fabric-pager",
+        ),
         # a PD flag mismatch is a flag: serving on-call, not the fabric team
-        ({"alertname": "SGLangCrashLoop", "signature": "pd-kv-cache-dtype-mismatch", "severity": "critical"},
-         "sglang-pager"),
-        ({"alertname": "SGLangCrashLoop", "signature": "pd-kv-transfer-slow", "severity": "warning"},
-         "sglang-chat"),
-        ({"alertname": "SGLangUnitFailed", "signature": "dsv4-hicache-size-unsupported", "severity": "critical"},
-         "sglang-pager"),
+        (
+            {"alertname": "SGLangCrashLoop", "signature": "pd-kv-cache-dtype-mismatch", "severity": "critical"},
+            "sglang-pager",
+        ),
+        ({"alertname": "SGLangCrashLoop", "signature": "pd-kv-transfer-slow", "severity": "warning"}, "sglang-chat"),
+        (
+            {"alertname": "SGLangUnitFailed", "signature": "dsv4-hicache-size-unsupported", "severity": "critical"},
+            "sglang-pager",
+        ),
         # crashdoc's own health never pages
         ({"alertname": "CrashdocDown", "severity": "warning"}, "observability-chat"),
         ({"alertname": "CrashdocJournalLagging", "severity": "warning"}, "observability-chat"),
     ],
 )
 def test_alertmanager_routes_by_signature_and_severity(labels: dict[str, str], receivers: str) -> None:
-    r = run(tool("amtool", "prometheus-alertmanager"), "config", "routes", "test",
-            f"--config.file={ALERTMANAGER_EXAMPLE}", *(f"{k}={v}" for k, v in labels.items()))
+    r = run(
+        tool("amtool", "prometheus-alertmanager"),
+        "config",
+        "routes",
+        "test",
+        f"--config.file={ALERTMANAGER_EXAMPLE}",
+        *(f"{k}={v}" for k, v in labels.items()),
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert r.stdout.strip() == receivers
 

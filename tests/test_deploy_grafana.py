@@ -28,8 +28,21 @@ PROMETHEUS_RULES = REPO / "deploy" / "prometheus" / "crashdoc.rules.yml"
 PROMETHEUS_OWN = {"up"}  # written by Prometheus for every target
 # Grafana's variables, replaced by something PromQL accepts before parsing
 GRAFANA_VARIABLES = {"__rate_interval": "5m", "__interval": "1m", "__range": "1h", "instance": ".*"}
-KEYWORDS = {"by", "without", "on", "ignoring", "group_left", "group_right", "and", "or", "unless", "bool",
-            "offset", "inf", "nan"}
+KEYWORDS = {
+    "by",
+    "without",
+    "on",
+    "ignoring",
+    "group_left",
+    "group_right",
+    "and",
+    "or",
+    "unless",
+    "bool",
+    "offset",
+    "inf",
+    "nan",
+}
 
 
 def exported_metrics() -> set[str]:
@@ -49,7 +62,7 @@ def metric_names(expr: str) -> set[str]:
     e = re.sub(r"\b(?:by|without|on|ignoring|group_left|group_right)\s*\([^)]*\)", "", e)
     names = set()
     for m in re.finditer(r"(?<![\w.])[A-Za-z_:][A-Za-z0-9_:]*", e):
-        if e[m.end():].lstrip().startswith("(") or m.group(0).lower() in KEYWORDS:
+        if e[m.end() :].lstrip().startswith("(") or m.group(0).lower() in KEYWORDS:
             continue
         names.add(m.group(0))
     return names
@@ -57,6 +70,7 @@ def metric_names(expr: str) -> set[str]:
 
 def substitute(expr: str) -> str:
     """Grafana variables -> PromQL; an unknown variable fails the test."""
+
     def value(m: re.Match[str]) -> str:
         name = m.group(1) or m.group(2)
         assert name in GRAFANA_VARIABLES, f"unknown Grafana variable ${name} in {expr!r}"
@@ -74,8 +88,12 @@ def panels(items: list[dict[str, Any]]) -> Iterator[dict[str, Any]]:
 def dashboard_queries() -> list[tuple[str, str]]:
     """(where, PromQL) for every panel target and every query variable."""
     dash = json.loads(DASHBOARD.read_text())
-    out = [(f"panel {p['title']!r} {t['refId']}", t["expr"])
-           for p in panels(dash["panels"]) for t in p.get("targets", []) if "expr" in t]
+    out = [
+        (f"panel {p['title']!r} {t['refId']}", t["expr"])
+        for p in panels(dash["panels"])
+        for t in p.get("targets", [])
+        if "expr" in t
+    ]
     for var in dash["templating"]["list"]:
         if var["type"] == "query":
             query = var["query"]["query"] if isinstance(var["query"], dict) else var["query"]
@@ -90,8 +108,12 @@ def grafana_rules() -> list[dict[str, Any]]:
 
 
 def grafana_rule_queries() -> list[tuple[str, str]]:
-    return [(f"Grafana rule {r['title']} {d['refId']}", d["model"]["expr"])
-            for r in grafana_rules() for d in r["data"] if d["datasourceUid"] != "__expr__"]
+    return [
+        (f"Grafana rule {r['title']} {d['refId']}", d["model"]["expr"])
+        for r in grafana_rules()
+        for d in r["data"]
+        if d["datasourceUid"] != "__expr__"
+    ]
 
 
 def prometheus_rules() -> list[dict[str, Any]]:
@@ -105,9 +127,11 @@ def all_queries() -> list[tuple[str, str]]:
 
 def test_metric_name_extraction() -> None:
     """The extractor the next test relies on: metrics only, never functions, labels or keywords."""
-    expr = ('histogram_quantile(0.5, sum by (le) (increase(a_bucket{job="x", unit=~"s.*"}[5m]))) '
-            '* on(instance) group_left(signature) b_info or vector(0) > bool 1e3 '
-            'unless label_replace(c, "d", "e", "f", "g") offset 5m')
+    expr = (
+        'histogram_quantile(0.5, sum by (le) (increase(a_bucket{job="x", unit=~"s.*"}[5m]))) '
+        "* on(instance) group_left(signature) b_info or vector(0) > bool 1e3 "
+        'unless label_replace(c, "d", "e", "f", "g") offset 5m'
+    )
     assert metric_names(expr) == {"a_bucket", "b_info", "c"}
 
 
@@ -150,10 +174,18 @@ def test_grafana_alerts_are_the_prometheus_rules() -> None:
 def test_dashboard_shows_what_on_call_needs() -> None:
     """Units in loop, restarts, crashes by signature, time to diagnosis and crashdoc's health."""
     used = set().union(*(metric_names(substitute(q)) for _, q in dashboard_queries()))
-    wanted = {"crashdoc_unit_crashloop", "crashdoc_unit_restarts_total", "crashdoc_crashes_total",
-              "crashdoc_time_to_diagnosis_seconds_bucket", "crashdoc_diagnosis_info", "crashdoc_journal_lag_seconds",
-              "crashdoc_journal_last_entry_timestamp_seconds", "crashdoc_dbus_up",
-              "crashdoc_signature_reload_errors_total", "up"}
+    wanted = {
+        "crashdoc_unit_crashloop",
+        "crashdoc_unit_restarts_total",
+        "crashdoc_crashes_total",
+        "crashdoc_time_to_diagnosis_seconds_bucket",
+        "crashdoc_diagnosis_info",
+        "crashdoc_journal_lag_seconds",
+        "crashdoc_journal_last_entry_timestamp_seconds",
+        "crashdoc_dbus_up",
+        "crashdoc_signature_reload_errors_total",
+        "up",
+    }
     assert wanted - used == set()
     dash = json.loads(DASHBOARD.read_text())
     ids = [p["id"] for p in panels(dash["panels"])]

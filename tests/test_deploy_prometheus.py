@@ -38,8 +38,13 @@ def test_promtool_check_rules() -> None:
 
 
 def test_promtool_test_rules() -> None:
-    r = subprocess.run([promtool(), "test", "rules", str(RULE_TESTS)], capture_output=True, text=True,
-                       timeout=120, cwd=RULE_TESTS.parent)
+    r = subprocess.run(
+        [promtool(), "test", "rules", str(RULE_TESTS)],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        cwd=RULE_TESTS.parent,
+    )
     assert r.returncode == 0, r.stdout + r.stderr
     assert "SUCCESS" in r.stdout
 

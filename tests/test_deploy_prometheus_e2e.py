@@ -109,8 +109,10 @@ def deploy_dir() -> Iterator[Path]:
 
 @pytest.mark.sandbox
 @pytest.mark.slow
-@pytest.mark.skipif(PROMETHEUS is None or ALERTMANAGER is None,
-                    reason="prometheus / prometheus-alertmanager not installed (scripts/install-debs.sh)")
+@pytest.mark.skipif(
+    PROMETHEUS is None or ALERTMANAGER is None,
+    reason="prometheus / prometheus-alertmanager not installed (scripts/install-debs.sh)",
+)
 def test_crash_loop_alert_reaches_alertmanager(deploy_dir: Path, sandbox_factory, tmp_path: Path) -> None:
     began = time.monotonic()
     sandbox = sandbox_factory(demo_units(deploy_dir, CRASHDOC[0]), workdir=deploy_dir, start_units=[])
@@ -122,13 +124,23 @@ def test_crash_loop_alert_reaches_alertmanager(deploy_dir: Path, sandbox_factory
 
     am_port, prom_port = free_port(), free_port()
     am_url, prom_url = f"http://127.0.0.1:{am_port}", f"http://127.0.0.1:{prom_port}"
-    am_argv = [str(ALERTMANAGER), f"--config.file={alertmanager_config(tmp_path)}",
-               f"--storage.path={tmp_path / 'am-data'}", f"--web.listen-address=127.0.0.1:{am_port}",
-               "--cluster.listen-address="]
-    prom_argv = [str(PROMETHEUS), f"--config.file={prometheus_config(tmp_path, cd.port, am_port)}",
-                 f"--storage.tsdb.path={tmp_path / 'prom-data'}", f"--web.listen-address=127.0.0.1:{prom_port}"]
-    with served(am_argv, tmp_path / "alertmanager.log", f"{am_url}/-/ready"), \
-            served(prom_argv, tmp_path / "prometheus.log", f"{prom_url}/-/ready"):
+    am_argv = [
+        str(ALERTMANAGER),
+        f"--config.file={alertmanager_config(tmp_path)}",
+        f"--storage.path={tmp_path / 'am-data'}",
+        f"--web.listen-address=127.0.0.1:{am_port}",
+        "--cluster.listen-address=",
+    ]
+    prom_argv = [
+        str(PROMETHEUS),
+        f"--config.file={prometheus_config(tmp_path, cd.port, am_port)}",
+        f"--storage.tsdb.path={tmp_path / 'prom-data'}",
+        f"--web.listen-address=127.0.0.1:{prom_port}",
+    ]
+    with (
+        served(am_argv, tmp_path / "alertmanager.log", f"{am_url}/-/ready"),
+        served(prom_argv, tmp_path / "prometheus.log", f"{prom_url}/-/ready"),
+    ):
         sandbox.systemctl("start", PREFILL_UNIT, DECODE_UNIT, check=True)
         query = urllib.parse.quote('alertname="SGLangCrashLoop"')
 

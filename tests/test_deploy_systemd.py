@@ -43,8 +43,24 @@ units:
 listen: "0.0.0.0:{port}"
 """
 # where a process may write even under ProtectSystem=strict: kernel interfaces, not files
-API_FILESYSTEMS = {"proc", "sysfs", "cgroup", "cgroup2", "devpts", "mqueue", "bpf", "debugfs", "tracefs",
-                   "securityfs", "pstore", "configfs", "fusectl", "binfmt_misc", "hugetlbfs", "autofs"}
+API_FILESYSTEMS = {
+    "proc",
+    "sysfs",
+    "cgroup",
+    "cgroup2",
+    "devpts",
+    "mqueue",
+    "bpf",
+    "debugfs",
+    "tracefs",
+    "securityfs",
+    "pstore",
+    "configfs",
+    "fusectl",
+    "binfmt_misc",
+    "hugetlbfs",
+    "autofs",
+}
 
 
 def seconds(value: str) -> float:
@@ -60,8 +76,12 @@ def test_exposure_is_low() -> None:
     """`systemd-analyze security` rates the shipped unit at most 2.0 ("OK")."""
     if shutil.which("systemd-analyze") is None:
         pytest.skip("systemd-analyze is not installed")
-    r = subprocess.run(["systemd-analyze", "security", "--offline=yes", "--no-pager", str(UNIT_FILE)],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["systemd-analyze", "security", "--offline=yes", "--no-pager", str(UNIT_FILE)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     m = re.search(r"Overall exposure level for crashdoc\.service: (\d+(?:\.\d+)?)", r.stdout)
     assert m, r.stdout + r.stderr
     assert float(m.group(1)) <= MAX_EXPOSURE, r.stdout
@@ -114,8 +134,11 @@ def test_crashdoc_runs_from_the_shipped_unit(deploy_dir: Path, sandbox_factory) 
         cd, installed = install_crashdoc_unit(sandbox, deploy_dir, CONFIG)
     except NotRunnable as exc:
         pytest.skip(str(exc))
-    changed = [ln for ln in difflib.ndiff(UNIT_FILE.read_text().splitlines(), installed.splitlines())
-               if ln.startswith(("- ", "+ "))]
+    changed = [
+        ln
+        for ln in difflib.ndiff(UNIT_FILE.read_text().splitlines(), installed.splitlines())
+        if ln.startswith(("- ", "+ "))
+    ]
     assert len(changed) == 2 and all(ln[2:].startswith("ExecStart=") for ln in changed), changed
     watchdog = seconds(unit_property(installed, "WatchdogSec")[0])
 
@@ -125,8 +148,17 @@ def test_crashdoc_runs_from_the_shipped_unit(deploy_dir: Path, sandbox_factory) 
     assert r.returncode == 0, cd.log()
     start_seconds = time.monotonic() - began
     assert cd.get("/healthz", timeout=2)[0] == 200, "systemctl start returned before crashdoc was serving"
-    props = cd.show("Type", "ActiveState", "SubState", "StatusText", "WatchdogUSec", "NRestarts", "MainPID",
-                    "ExecMainStartTimestampMonotonic", "ActiveEnterTimestampMonotonic")
+    props = cd.show(
+        "Type",
+        "ActiveState",
+        "SubState",
+        "StatusText",
+        "WatchdogUSec",
+        "NRestarts",
+        "MainPID",
+        "ExecMainStartTimestampMonotonic",
+        "ActiveEnterTimestampMonotonic",
+    )
     assert (props["Type"], props["ActiveState"], props["SubState"]) == ("notify", "active", "running"), props
     assert props["StatusText"].startswith("watching "), props  # STATUS= from sd_notify
     assert seconds(props["WatchdogUSec"]) == watchdog
@@ -143,8 +175,12 @@ def test_crashdoc_runs_from_the_shipped_unit(deploy_dir: Path, sandbox_factory) 
 
     # the crash loop, diagnosed through the journal and D-Bus, with the fix on the real launch script
     sandbox.systemctl("start", PREFILL_UNIT, DECODE_UNIT, check=True)
-    wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0, 60,
-             "the prefill crash loop on /metrics", cd)
+    wait_for(
+        lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0,
+        60,
+        "the prefill crash loop on /metrics",
+        cd,
+    )
     metrics = cd.metrics()
     info = [dict(k[1]) for k in metrics if k[0] == "crashdoc_diagnosis_info" and ("unit", PREFILL_UNIT) in k[1]]
     assert [i["signature"] for i in info] == ["dsv4-hicache-size-unsupported"]
@@ -171,16 +207,20 @@ def test_crashdoc_runs_from_the_shipped_unit(deploy_dir: Path, sandbox_factory) 
     wait_for(lambda: (cd.metric("crashdoc_signature_reloads_total") or 0) > reloads, 30, "the reload", cd)
 
     # the watchdog stays fed for longer than WatchdogSec
-    wait_for(lambda: time.monotonic() > active_at + watchdog + 3, watchdog + 10, "WatchdogSec to pass", cd,
-             interval=0.5)
+    wait_for(
+        lambda: time.monotonic() > active_at + watchdog + 3, watchdog + 10, "WatchdogSec to pass", cd, interval=0.5
+    )
     props = cd.show("MainPID", "NRestarts", "ActiveState", "WatchdogTimestampMonotonic")
     assert (props["MainPID"], props["NRestarts"], props["ActiveState"]) == (str(pid), "0", "active"), props
     assert time.monotonic() - int(props["WatchdogTimestampMonotonic"]) / 1e6 < 3, "no recent WATCHDOG=1"
 
     # writable: the state directory, and private /tmp and /var/tmp, which stay empty
     mounts = mountinfo(cd, pid)
-    writable = {point for point, (options, fstype) in mounts.items()
-                if "rw" in options.split(",") and fstype not in API_FILESYSTEMS}
+    writable = {
+        point
+        for point, (options, fstype) in mounts.items()
+        if "rw" in options.split(",") and fstype not in API_FILESYSTEMS
+    }
     assert writable == {STATE_DIRECTORY, "/tmp", "/var/tmp"}, {p: mounts[p] for p in writable}
     root = f"/proc/{pid}/root"
     leftovers = sandbox.run(["find", f"{root}/tmp", f"{root}/var/tmp", "-mindepth", "1"], check=True).stdout
@@ -191,15 +231,15 @@ def test_crashdoc_runs_from_the_shipped_unit(deploy_dir: Path, sandbox_factory) 
     # a hung crashdoc is killed by the watchdog and restarted (Restart=on-failure), and carries on
     sandbox.run(["kill", "-STOP", str(pid)], check=True)
     frozen_at = time.monotonic()
-    wait_for(lambda: cd.show("NRestarts")["NRestarts"] == "1", watchdog + 20, "the watchdog restart", cd,
-             interval=0.5)
+    wait_for(lambda: cd.show("NRestarts")["NRestarts"] == "1", watchdog + 20, "the watchdog restart", cd, interval=0.5)
     assert time.monotonic() - frozen_at >= watchdog - 1
     results = [e.get("UNIT_RESULT") for e in journal_json(sandbox, "_PID=1", f"UNIT={UNIT}")]
     assert "watchdog" in results, results
     wait_for(lambda: cd.show("ActiveState")["ActiveState"] == "active", 60, "crashdoc to be ready again", cd)
     assert cd.main_pid != pid
-    wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0, 60,
-             "the loop after the restart", cd)
+    wait_for(
+        lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0, 60, "the loop after the restart", cd
+    )
 
     sandbox.systemctl("stop", UNIT, check=True)
     assert cd.show("Result")["Result"] == "success", cd.log()

@@ -166,8 +166,15 @@ def alertmanager(tmp_path: Path, webhook: Webhook) -> Iterator[Alertmanager]:
 
 def diagnosis(signature: str) -> Diagnosis:
     return Diagnosis(
-        PREFILL_UNIT, signature, "title", "hicache", "critical", RootCause("ValueError", "m", "ValueError: m"), [],
-        Fix("fix it"), "fp",
+        PREFILL_UNIT,
+        signature,
+        "title",
+        "hicache",
+        "critical",
+        RootCause("ValueError", "m", "ValueError: m"),
+        [],
+        Fix("fix it"),
+        "fp",
     )
 
 
@@ -192,15 +199,22 @@ def test_alertmanager_keeps_the_alert_while_it_is_resent_and_resolves_it(
         assert later["startsAt"] == first["startsAt"]
 
         sender.update({PREFILL_UNIT: diagnosis("other-signature")})  # another root cause: another alert
-        wait_for(lambda: (a := am.alert(PREFILL_UNIT)) and a["labels"]["signature"] == "other-signature", 10,
-                 "the new alert")
-        wait_for(lambda: any(a["labels"]["signature"] == SIGNATURE for a in webhook.alerts("resolved")), 15,
-                 "the old alert's resolved notification")
+        wait_for(
+            lambda: (a := am.alert(PREFILL_UNIT)) and a["labels"]["signature"] == "other-signature", 10, "the new alert"
+        )
+        wait_for(
+            lambda: any(a["labels"]["signature"] == SIGNATURE for a in webhook.alerts("resolved")),
+            15,
+            "the old alert's resolved notification",
+        )
 
         sender.update({})
         wait_for(lambda: am.alert(PREFILL_UNIT) is None, 10, "the alert to be resolved")
-        wait_for(lambda: any(a["labels"]["signature"] == "other-signature" for a in webhook.alerts("resolved")), 15,
-                 "the resolved notification")
+        wait_for(
+            lambda: any(a["labels"]["signature"] == "other-signature" for a in webhook.alerts("resolved")),
+            15,
+            "the resolved notification",
+        )
         assert health.alert_errors == 0 and health.alerts_sent >= 4
     finally:
         sender.stop()
@@ -233,13 +247,20 @@ def test_crash_loop_alert_arrives_is_resent_and_resolves_after_the_fix(
     cd = start_crashdoc(sandbox, config=config(am.url))
     try:
         sandbox.systemctl("start", PREFILL_UNIT, DECODE_UNIT, check=True)
-        looping_at = wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0 and time.time(),
-                              60, "the crash loop", cd, interval=0.05)
+        looping_at = wait_for(
+            lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0 and time.time(),
+            60,
+            "the crash loop",
+            cd,
+            interval=0.05,
+        )
         alert = wait_for(lambda: am.alert(PREFILL_UNIT), 15, "the alert in Alertmanager", cd, interval=0.05)
         arrived_at = time.time()
         second_crash = int(pid1_records(sandbox, PREFILL_UNIT, PROCESS_EXITED)[1]["__REALTIME_TIMESTAMP"]) / 1e6
-        print(f"\nalert in Alertmanager {arrived_at - looping_at:.2f} s after the loop showed on /metrics, "
-              f"{arrived_at - second_crash:.2f} s after the 2nd crash")
+        print(
+            f"\nalert in Alertmanager {arrived_at - looping_at:.2f} s after the loop showed on /metrics, "
+            f"{arrived_at - second_crash:.2f} s after the 2nd crash"
+        )
 
         assert alert["labels"] == {
             "alertname": ALERTNAME,
@@ -286,13 +307,21 @@ def test_crash_loop_alert_arrives_is_resent_and_resolves_after_the_fix(
         d = next(x for x in cd.diagnoses() if x["unit"] == PREFILL_UNIT)
         for command in d["fix"]["apply"]:
             sandbox.run(["sh", "-c", command], check=True)
-        recovered_at = wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 0.0 and time.time(),
-                                60, "the unit to recover", cd, interval=0.05)
+        recovered_at = wait_for(
+            lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 0.0 and time.time(),
+            60,
+            "the unit to recover",
+            cd,
+            interval=0.05,
+        )
         wait_for(lambda: am.alert(PREFILL_UNIT) is None, 10, "the alert to be resolved", cd, interval=0.05)
         resolved_at = time.time()
         print(f"alert resolved in Alertmanager {resolved_at - recovered_at:.2f} s after the recovery")
-        resolved = wait_for(lambda: [a for a in webhook.alerts("resolved") if a["labels"]["unit"] == PREFILL_UNIT],
-                            15, "the resolved notification")
+        resolved = wait_for(
+            lambda: [a for a in webhook.alerts("resolved") if a["labels"]["unit"] == PREFILL_UNIT],
+            15,
+            "the resolved notification",
+        )
         assert abs(epoch(resolved[0]["endsAt"]) - recovered_at) < 2.0, "endsAt is when crashdoc saw the recovery"
         everything = json.dumps([am.alerts(), webhook.notifications])
         assert DEMO_API_KEY not in everything
@@ -307,8 +336,14 @@ def test_alertmanager_down_then_up(sandbox_factory, sandbox_workdir, alertmanage
     sandbox = sandbox_factory(demo_units(sandbox_workdir, CRASHDOC[0]), workdir=sandbox_workdir, start_units=[])
     port = free_port()
     args = [
-        "--listen", f"127.0.0.1:{port}", "--state-directory", str(sandbox_workdir / "state"),
-        "--alertmanager-url", alertmanager.url, "--runbook-base-url", RUNBOOK_BASE,
+        "--listen",
+        f"127.0.0.1:{port}",
+        "--state-directory",
+        str(sandbox_workdir / "state"),
+        "--alertmanager-url",
+        alertmanager.url,
+        "--runbook-base-url",
+        RUNBOOK_BASE,
     ]
     cd = start_crashdoc(sandbox, config=config(None), args=args, port=port)
     try:
@@ -316,8 +351,12 @@ def test_alertmanager_down_then_up(sandbox_factory, sandbox_workdir, alertmanage
         wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0, 60, "the crash loop", cd)
         wait_for(lambda: (cd.metric("crashdoc_alert_errors_total") or 0) >= 2, 15, "failed deliveries", cd)
         restarts = cd.metric("crashdoc_unit_restarts_total", unit=PREFILL_UNIT) or 0
-        wait_for(lambda: (cd.metric("crashdoc_unit_restarts_total", unit=PREFILL_UNIT) or 0) > restarts, 15,
-                 "crashdoc to keep counting restarts", cd)
+        wait_for(
+            lambda: (cd.metric("crashdoc_unit_restarts_total", unit=PREFILL_UNIT) or 0) > restarts,
+            15,
+            "crashdoc to keep counting restarts",
+            cd,
+        )
         assert cd.metric("crashdoc_alerts_sent_total") == 0
         assert [d["signature"] for d in cd.diagnoses() if d["unit"] == PREFILL_UNIT] == [SIGNATURE]
         status, _ = cd.get(f"/units/{PREFILL_UNIT}")
@@ -327,8 +366,10 @@ def test_alertmanager_down_then_up(sandbox_factory, sandbox_workdir, alertmanage
         alertmanager.start()
         up_at = time.time()
         alert = wait_for(lambda: alertmanager.alert(PREFILL_UNIT), 40, "the alert after Alertmanager came up", cd)
-        print(f"\nalert delivered {time.time() - up_at:.2f} s after Alertmanager came up "
-              f"({errors_before:.0f} failed deliveries before)")
+        print(
+            f"\nalert delivered {time.time() - up_at:.2f} s after Alertmanager came up "
+            f"({errors_before:.0f} failed deliveries before)"
+        )
         assert alert["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}/runbook/{SIGNATURE}"
         assert (cd.metric("crashdoc_alerts_sent_total") or 0) >= 1
         log = cd.log()

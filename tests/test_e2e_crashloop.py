@@ -38,7 +38,10 @@ def test_hicache_crash_loop_is_diagnosed_fixed_and_recovers(sandbox_factory, san
 
         looping_at = wait_for(
             lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 1.0 and time.time(),
-            60, "the prefill crash loop on /metrics", cd, interval=0.05,
+            60,
+            "the prefill crash loop on /metrics",
+            cd,
+            interval=0.05,
         )
         exits = pid1_records(sandbox, PREFILL_UNIT, PROCESS_EXITED)
         assert len(exits) >= 2, exits
@@ -88,8 +91,12 @@ def test_hicache_crash_loop_is_diagnosed_fixed_and_recovers(sandbox_factory, san
         for command in d["fix"]["apply"]:
             assert "<redacted>" not in command, command
             sandbox.run(["sh", "-c", command], check=True)
-        wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 0.0, 60,
-                 "the prefill unit to recover", cd)
+        wait_for(
+            lambda: cd.metric("crashdoc_unit_crashloop", unit=PREFILL_UNIT) == 0.0,
+            60,
+            "the prefill unit to recover",
+            cd,
+        )
         assert sandbox.systemctl("is-active", PREFILL_UNIT).stdout.strip() == "active"
 
         # the restart counter agrees with PID 1's own records
@@ -128,8 +135,7 @@ def test_explain_reads_journalctl_short_output(sandbox_factory, sandbox_workdir)
     sandbox = sandbox_factory(demo_units(sandbox_workdir, CRASHDOC[0]), workdir=sandbox_workdir)
     wait_for(lambda: len(pid1_records(sandbox, PREFILL_UNIT, RESTART_SCHEDULED)) >= 2, 60, "two restarts")
     pasted = sandbox.journalctl("-u", PREFILL_UNIT, "-o", "short-iso").stdout
-    r = subprocess.run([*CRASHDOC, "explain", "--json", "-"], input=pasted, capture_output=True, text=True,
-                       check=True)
+    r = subprocess.run([*CRASHDOC, "explain", "--json", "-"], input=pasted, capture_output=True, text=True, check=True)
     d = json.loads(r.stdout)["diagnoses"][0]
     assert d["signature"] == "dsv4-hicache-size-unsupported"
     assert d["unit"] == PREFILL_UNIT

@@ -151,8 +151,12 @@ def test_forged_lifecycle_records_and_binary_junk_move_nothing(sandbox_factory, 
         wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=BINARY) == 1.0, 60, "the binary unit's loop", cd)
         sandbox.systemctl("stop", BINARY, check=True)
         real = pid1_records(sandbox, BINARY, RESTART_SCHEDULED)
-        wait_for(lambda: cd.metric("crashdoc_unit_restarts_total", unit=BINARY) == float(len(real)), 15,
-                 "PID 1's restart records counted", cd)
+        wait_for(
+            lambda: cd.metric("crashdoc_unit_restarts_total", unit=BINARY) == float(len(real)),
+            15,
+            "PID 1's restart records counted",
+            cd,
+        )
         assert len(real) >= 1
         assert (cd.metric("crashdoc_unit_nrestarts", unit=BINARY) or 0) < FORGED_RESTARTS
 
@@ -179,16 +183,24 @@ def test_forged_lifecycle_records_and_binary_junk_move_nothing(sandbox_factory, 
 
         # the same journal through `diagnose --file`, on the host: the same verdicts
         files = sorted(str(p) for p in sandbox.journal_dir.rglob("*.journal"))
-        result = subprocess.run([*CRASHDOC, "diagnose", "--json", *(f"--file={f}" for f in files)],
-                                capture_output=True, text=True, timeout=120)
+        result = subprocess.run(
+            [*CRASHDOC, "diagnose", "--json", *(f"--file={f}" for f in files)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert result.returncode == 0, result.stderr
         assert "Traceback" not in result.stderr
         offline = {d["unit"]: d for d in json.loads(result.stdout)["diagnoses"]}
         assert set(offline) == {BINARY}
         _assert_sensible(offline[BINARY])
         assert offline[BINARY]["restarts"] == len(real)  # PID 1's last N_RESTARTS, never the forged 99
-        victim = subprocess.run([*CRASHDOC, "diagnose", "--unit", VICTIM, *(f"--file={f}" for f in files)],
-                                capture_output=True, text=True, timeout=120)
+        victim = subprocess.run(
+            [*CRASHDOC, "diagnose", "--unit", VICTIM, *(f"--file={f}" for f in files)],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert victim.returncode == 0 and victim.stdout.strip() == "No failure found.", victim
     finally:
         cd.stop()

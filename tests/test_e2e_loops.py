@@ -24,8 +24,15 @@ GOOD = f"--model-path {MODEL} --tp-size 2 --enable-hierarchical-cache --hicache-
 BAD = f"--model-path {MODEL} --tp-size 2 --enable-hierarchical-cache --hicache-size 150"
 
 
-def unit(exec_start: str, *, env: str = "", extra: str = "", start_limit: str = "StartLimitIntervalSec=0",
-         restart: str = "always", restart_sec: str = "0.5") -> str:
+def unit(
+    exec_start: str,
+    *,
+    env: str = "",
+    extra: str = "",
+    start_limit: str = "StartLimitIntervalSec=0",
+    restart: str = "always",
+    restart_sec: str = "0.5",
+) -> str:
     return (
         f"[Unit]\nDescription=SGLang test unit\n{start_limit}\n\n"
         f"[Service]\nExecStart={exec_start}\nRestart={restart}\nRestartSec={restart_sec}\n"
@@ -53,8 +60,12 @@ def test_runtime_crashes_start_limit_slow_starter_and_oom_kill(sandbox_factory, 
         # loads weights for 4 s (longer than crashdoc's 3 s recovery window), then dies before ready
         "sglang-slow.service": unit(fake(BAD), env="FAKE_SGLANG_LOAD_SECONDS=4"),
         # each rank allocates host memory for its HiCache pool until the unit's MemoryMax kills it
-        "sglang-oom.service": unit(fake(GOOD), env="FAKE_SGLANG_FAILURE=host-oom FAKE_SGLANG_HOST_OOM_MB=400",
-                                   extra="MemoryMax=160M\n", restart_sec="1"),
+        "sglang-oom.service": unit(
+            fake(GOOD),
+            env="FAKE_SGLANG_FAILURE=host-oom FAKE_SGLANG_HOST_OOM_MB=400",
+            extra="MemoryMax=160M\n",
+            restart_sec="1",
+        ),
     }
     sandbox = sandbox_factory(units, workdir=sandbox_workdir, start_units=[])
     cd = start_crashdoc(sandbox, config="thresholds: {recovery: 3, runtime_crashes: 3}\n")
@@ -62,20 +73,29 @@ def test_runtime_crashes_start_limit_slow_starter_and_oom_kill(sandbox_factory, 
         sandbox.systemctl("start", *units, check=True)
 
         # start limit hit: failed, and still counted as a loop until someone acts
-        wait_for(lambda: cd.metric("crashdoc_unit_failed", unit="sglang-limit.service") == 1.0, 60,
-                 "the start limit", cd)
+        wait_for(
+            lambda: cd.metric("crashdoc_unit_failed", unit="sglang-limit.service") == 1.0, 60, "the start limit", cd
+        )
         assert cd.metric("crashdoc_unit_crashloop", unit="sglang-limit.service") == 1.0
         assert sandbox.systemctl("is-failed", "sglang-limit.service").stdout.strip() == "failed"
         assert "Start request repeated too quickly" in sandbox.journalctl("-u", "sglang-limit.service").stdout
 
         # the slow starter lives longer than the recovery window each time, but never gets ready
-        wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-slow.service") == 1.0, 60,
-                 "the slow starter's loop", cd)
+        wait_for(
+            lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-slow.service") == 1.0,
+            60,
+            "the slow starter's loop",
+            cd,
+        )
         assert cd.metric("crashdoc_unit_restarts_total", unit="sglang-slow.service") >= 1.0
 
         # crashes after being ready count as runtime crashes: three make a loop
-        wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-runtime.service") == 1.0, 90,
-                 "the runtime loop", cd)
+        wait_for(
+            lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-runtime.service") == 1.0,
+            90,
+            "the runtime loop",
+            cd,
+        )
         diagnoses = {d["unit"]: d for d in cd.diagnoses()}
         runtime = diagnoses["sglang-runtime.service"]
         assert runtime["root_cause"]["line"].startswith("RuntimeError: Decode out of memory. Try to lower your batch")
@@ -92,8 +112,7 @@ def test_runtime_crashes_start_limit_slow_starter_and_oom_kill(sandbox_factory, 
 
         if not sandbox.memory_enforced:
             pytest.skip(f"MemoryMax= is not enforced in this sandbox ({sandbox.cgroup_layout} cgroups)")
-        wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-oom.service") == 1.0, 90,
-                 "the OOM loop", cd)
+        wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-oom.service") == 1.0, 90, "the OOM loop", cd)
         oom = {d["unit"]: d for d in cd.diagnoses()}["sglang-oom.service"]
         assert oom["category"] == "memory"
         assert oom["root_cause"]["line"] == "a process of the unit was killed by the kernel's OOM killer"
@@ -131,8 +150,9 @@ def test_manual_restart_resets_nrestarts_and_a_config_change_is_correlated(sandb
         assert change is not None, d["evidence"]
         assert change["path"] == str(script)
         assert change["added"] == ["--hicache-size 150"] and change["removed"] == ["--hicache-ratio 2.0"]
-        assert re.match(rf"crash loop began \d+ s after {re.escape(str(script))} changed: \+ --hicache-size 150",
-                        d["evidence"][0])
+        assert re.match(
+            rf"crash loop began \d+ s after {re.escape(str(script))} changed: \+ --hicache-size 150", d["evidence"][0]
+        )
 
         # a manual restart resets systemd's NRestarts; crashdoc's restart counter keeps counting
         wait_for(lambda: (cd.metric("crashdoc_unit_nrestarts", unit=name) or 0) >= 2, 30, "two restarts", cd)
@@ -159,16 +179,30 @@ def test_dbus_stopped_and_restarted_while_crashdoc_runs(sandbox_factory, sandbox
         wait_for(lambda: cd.metric("crashdoc_dbus_up") == 0.0, 20, "crashdoc_dbus_up 0", cd)
         # the journal alone still shows the loop and counts PID 1's restart records
         sandbox.systemctl("start", "sglang-prefill.service", check=True)
-        wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-prefill.service") == 1.0, 60,
-                 "the loop without D-Bus", cd)
-        wait_for(lambda: cd.metric("crashdoc_unit_restarts_total", unit="sglang-prefill.service")
-                 == len(pid1_records(sandbox, "sglang-prefill.service", RESTART_SCHEDULED)), 10,
-                 "restart records counted", cd)
+        wait_for(
+            lambda: cd.metric("crashdoc_unit_crashloop", unit="sglang-prefill.service") == 1.0,
+            60,
+            "the loop without D-Bus",
+            cd,
+        )
+        wait_for(
+            lambda: (
+                cd.metric("crashdoc_unit_restarts_total", unit="sglang-prefill.service")
+                == len(pid1_records(sandbox, "sglang-prefill.service", RESTART_SCHEDULED))
+            ),
+            10,
+            "restart records counted",
+            cd,
+        )
         assert "D-Bus" in cd.log()
         sandbox.systemctl("start", "dbus.socket", check=True)
         wait_for(lambda: cd.metric("crashdoc_dbus_up") == 1.0, 60, "D-Bus to come back", cd)
-        wait_for(lambda: (cd.metric("crashdoc_unit_nrestarts", unit="sglang-prefill.service") or 0) >= 1, 20,
-                 "NRestarts over D-Bus again", cd)
+        wait_for(
+            lambda: (cd.metric("crashdoc_unit_nrestarts", unit="sglang-prefill.service") or 0) >= 1,
+            20,
+            "NRestarts over D-Bus again",
+            cd,
+        )
         assert cd.proc is not None and cd.proc.poll() is None
         assert not [r for r in journal_json(sandbox, "SYSLOG_IDENTIFIER=crashdoc") if "Traceback" in r["MESSAGE"]]
     finally:

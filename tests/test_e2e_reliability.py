@@ -123,8 +123,12 @@ def config(workdir: Path) -> str:
 
 def host_journal(sandbox: PrivateSystemd, *matches: str) -> list[dict[str, Any]]:
     """`journalctl -o json` on the sandbox's journal folder from the host: quicker than entering it."""
-    r = subprocess.run(["journalctl", "-D", str(sandbox.journal_dir), "-o", "json", "--no-pager", *matches],
-                       capture_output=True, text=True, timeout=60)
+    r = subprocess.run(
+        ["journalctl", "-D", str(sandbox.journal_dir), "-o", "json", "--no-pager", *matches],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     return [json.loads(line) for line in r.stdout.splitlines() if line.strip()]
 
 
@@ -214,8 +218,13 @@ def test_kill_9_twenty_times_loses_nothing_and_duplicates_nothing(sandbox_factor
 
     def kill_after_record(event: str, expected: int) -> None:
         """kill -9 as soon as crashdoc's `event` records for both looping units are in the journal."""
-        wait_for(lambda: record_count(sandbox, event, looping) >= expected, 60, f"{expected} {event} records", cd,
-                 interval=0.01)
+        wait_for(
+            lambda: record_count(sandbox, event, looping) >= expected,
+            60,
+            f"{expected} {event} records",
+            cd,
+            interval=0.01,
+        )
         kill_and_restart()
 
     try:
@@ -263,8 +272,10 @@ def test_kill_9_twenty_times_loses_nothing_and_duplicates_nothing(sandbox_factor
         assert kills == 20
         wait_for(lambda: counters(cd, truth.units) == truth.collect(), 30, "counters equal to PID 1's records", cd)
         final = truth.collect()
-        print(f"\nkill -9 x{kills} (seed {seed}); PID 1's (restarts, failed runs): "
-              f"{final}; crashdoc's: {counters(cd, truth.units)}")
+        print(
+            f"\nkill -9 x{kills} (seed {seed}); PID 1's (restarts, failed runs): "
+            f"{final}; crashdoc's: {counters(cd, truth.units)}"
+        )
         assert all(restarts >= 5 and failed >= 5 for restarts, failed in (final[u] for u in looping)), final
         assert final[NOISY] == (0, 0)
 
@@ -317,8 +328,10 @@ def test_journal_rotated_vacuumed_journald_restarted_and_a_corrupt_file(sandbox_
             wait_for(lambda b=before, t=at: crashes() >= b + 2 and newest_read() > t, 30, f"crashes after {argv}", cd)
         sandbox.systemctl("stop", LMCACHE, check=True)
         wait_for(lambda: counters(cd, [LMCACHE]) == truth.collect(), 30, "counters equal to PID 1's records", cd)
-        print(f"\nafter rotate, vacuum-files, vacuum-size, journald restart: PID 1 {truth.collect()}, "
-              f"crashdoc {counters(cd, [LMCACHE])}")
+        print(
+            f"\nafter rotate, vacuum-files, vacuum-size, journald restart: PID 1 {truth.collect()}, "
+            f"crashdoc {counters(cd, [LMCACHE])}"
+        )
 
         # quiet: no spinning, and the newest-entry timestamp is exactly the journal's newest entry
         sandbox.systemctl("stop", NOISY, check=True)
@@ -345,8 +358,12 @@ def test_journal_rotated_vacuumed_journald_restarted_and_a_corrupt_file(sandbox_
         gone = oldest_seq - saved_seq - 1
         assert gone > 0, (saved, oldest["__CURSOR"])
         restart_crashdoc(cd)
-        wait_for(lambda: cd.metric("crashdoc_journal_entries_skipped_total") == float(gone), 20,
-                 f"{gone} entries reported as skipped", cd)
+        wait_for(
+            lambda: cd.metric("crashdoc_journal_entries_skipped_total") == float(gone),
+            20,
+            f"{gone} entries reported as skipped",
+            cd,
+        )
         assert "the saved journal position is gone" in cd.log()
         assert f"{gone} journal entries were gone before they could be read" in cd.log()
         wait_for(lambda: crashes() >= kept[1] + 2, 30, "new crashes after the lost stretch", cd)
@@ -367,9 +384,20 @@ def test_journal_rotated_vacuumed_journald_restarted_and_a_corrupt_file(sandbox_
         for offset in range(len(data) // 4, len(data) // 2, 509):
             data[offset] ^= 0xFF
         damaged.write_bytes(data[: len(data) * 2 // 3])
-        r = subprocess.run([*CRASHDOC, "diagnose", "--directory", str(copy), "--json",
-                            "--signatures", str(sandbox_workdir / "signatures")],
-                           capture_output=True, text=True, timeout=120)
+        r = subprocess.run(
+            [
+                *CRASHDOC,
+                "diagnose",
+                "--directory",
+                str(copy),
+                "--json",
+                "--signatures",
+                str(sandbox_workdir / "signatures"),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
         assert r.returncode == 0, r.stderr
         assert f"skipped {damaged}: truncated or corrupt" in r.stderr, r.stderr
         diagnoses = {d["unit"]: d for d in json.loads(r.stdout)["diagnoses"]}
@@ -410,8 +438,11 @@ def test_flood_keeps_memory_bounded_and_another_loop_is_seen_within_a_second(san
         time.sleep(5)
         sandbox.systemctl("start", LMCACHE, check=True)
         looping_at = wait_for(
-            lambda: cd.metric("crashdoc_unit_crashloop", unit=LMCACHE) == 1.0 and time.time(), 30,
-            "the other unit's loop during the flood", cd, interval=0.02,
+            lambda: cd.metric("crashdoc_unit_crashloop", unit=LMCACHE) == 1.0 and time.time(),
+            30,
+            "the other unit's loop during the flood",
+            cd,
+            interval=0.02,
         )
         exits = host_journal(sandbox, f"MESSAGE_ID={PROCESS_EXITED}", f"UNIT={LMCACHE}", "_PID=1")
         delay = float(looping_at) - int(exits[1]["__REALTIME_TIMESTAMP"]) / 1e6
@@ -422,9 +453,14 @@ def test_flood_keeps_memory_bounded_and_another_loop_is_seen_within_a_second(san
         flood_seconds = time.time() - began
         # journald reads the unit's 20,000 traceback lines after PID 1's exit record: the crash is settled
         # first, the traceback joins its run when it arrives (/diagnoses is computed from the runs)
-        diagnosis = wait_for(lambda: next((d for d in cd.diagnoses() if d["unit"] == FLOOD
-                                           and d["root_cause"]["type"] == "RecursionError"), None),
-                             30, "the flood unit's crash with its 10,000-frame traceback", cd)
+        diagnosis = wait_for(
+            lambda: next(
+                (d for d in cd.diagnoses() if d["unit"] == FLOOD and d["root_cause"]["type"] == "RecursionError"), None
+            ),
+            30,
+            "the flood unit's crash with its 10,000-frame traceback",
+            cd,
+        )
         for _ in range(4):
             sample()
             time.sleep(0.5)

@@ -8,6 +8,8 @@ test_e2e_loops.py.
 
 from __future__ import annotations
 
+import os
+import pickle
 from pathlib import Path
 
 import pytest
@@ -65,8 +67,14 @@ class Host:
     def ready(self) -> None:
         self.line("[2026-05-01 12:00:09] The server is fired up and ready to roll!")
 
-    def crash(self, lines: list[str] = DSV4_TRACEBACK, code: str = "killed", status: str = "KILL",
-              result: str = "signal", restart: bool = True) -> None:
+    def crash(
+        self,
+        lines: list[str] = DSV4_TRACEBACK,
+        code: str = "killed",
+        status: str = "KILL",
+        result: str = "signal",
+        restart: bool = True,
+    ) -> None:
         for text in lines:
             self.line(text, pid=200)
         self.t += 0.2
@@ -130,9 +138,14 @@ def test_runtime_crashes_after_ready_need_three_within_the_window() -> None:
         h.start()
         h.ready()
         h.wait(30)
-        h.crash(["[2026-05-01 12:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
-                 '  File "/x/sglang/srt/managers/scheduler.py", line 1, in event_loop',
-                 "RuntimeError: Decode out of memory. Try to lower your batch size.", ""])
+        h.crash(
+            [
+                "[2026-05-01 12:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                '  File "/x/sglang/srt/managers/scheduler.py", line 1, in event_loop',
+                "RuntimeError: Decode out of memory. Try to lower your batch size.",
+                "",
+            ]
+        )
         assert h.rec.crashloop == (i == 2)
     assert h.rec.diagnosis.signature is None  # not in the small test library: an unknown, still diagnosed
     assert h.rec.diagnosis.root_cause.line == "RuntimeError: Decode out of memory. Try to lower your batch size."
@@ -191,15 +204,25 @@ def test_an_oom_kill_wins_over_the_launchers_scheduler_died_message() -> None:
     for _ in range(2):
         h.start()
         h.t += 1
-        h.engine.on_lifecycle(LifecycleRecord(
-            UNIT, Lifecycle.OOM_KILL, h.t,
-            message="oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/system.slice/sglang-prefill.service,task=python3",
-        ))
-        h.crash(["Traceback (most recent call last):",
-                 '  File "/x/sglang/srt/entrypoints/engine.py", line 2029, in _wait_for_scheduler_ready',
-                 "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 "
-                 "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check."],
-                code="exited", status="1", result="exit-code")
+        h.engine.on_lifecycle(
+            LifecycleRecord(
+                UNIT,
+                Lifecycle.OOM_KILL,
+                h.t,
+                message="oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/system.slice/sglang-prefill.service,task=python3",
+            )
+        )
+        h.crash(
+            [
+                "Traceback (most recent call last):",
+                '  File "/x/sglang/srt/entrypoints/engine.py", line 2029, in _wait_for_scheduler_ready',
+                "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 "
+                "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
+            ],
+            code="exited",
+            status="1",
+            result="exit-code",
+        )
     d = h.rec.diagnosis
     assert d.signature == "test-oom-killed" and d.category == "memory"
     assert any(e.startswith("kernel: oom-kill:") for e in d.evidence)
@@ -237,8 +260,10 @@ def test_line_level_failures_are_counted_without_a_crash() -> None:
     h.start()
     h.ready()
     for _ in range(3):
-        h.line("[2026-05-01 12:00:03 TP0] Decode handshake failed for request rank=0 decode_req.req.rid='a' "
-               "with exception KVTransferError(bootstrap_room=1): Lost connection with prefill instance")
+        h.line(
+            "[2026-05-01 12:00:03 TP0] Decode handshake failed for request rank=0 decode_req.req.rid='a' "
+            "with exception KVTransferError(bootstrap_room=1): Lost connection with prefill instance"
+        )
     assert h.rec.line_failures["test-kv-transfer-failed"] == 3
     assert not h.rec.crashloop
     h.engine.finish()
@@ -253,10 +278,12 @@ def test_an_unknown_error_is_one_group_across_restarts_pids_and_ranks() -> None:
         lines = []
         for rank in range(2):  # both ranks raise it, with their own GPU number and a pointer in the message
             head = f"[2026-05-01 12:00:0{run} TP{rank}] Scheduler hit an exception: "
-            lines += [head + "Traceback (most recent call last):",
-                      '  File "/x/sglang/srt/layers/moe/fused_moe.py", line 88, in forward',
-                      f"SomeNewError: launch failed on GPU {rank} at 0x7f{run}a{rank}0 after {run * 7 + 3} tries",
-                      ""]
+            lines += [
+                head + "Traceback (most recent call last):",
+                '  File "/x/sglang/srt/layers/moe/fused_moe.py", line 88, in forward',
+                f"SomeNewError: launch failed on GPU {rank} at 0x7f{run}a{rank}0 after {run * 7 + 3} tries",
+                "",
+            ]
         h.crash(lines)
     rec = h.rec
     assert rec.crashes_by_signature == {"unknown": 3}
@@ -288,3 +315,32 @@ def test_a_traceback_that_arrives_after_pid1s_record_is_not_lost_and_counters_ne
     assert h.rec.crashloop
     assert h.engine.diagnoses()[0].signature == "dsv4-hicache-size-unsupported", "the diagnosis follows the lines"
     assert all(h.rec.crashes_by_signature[k] >= v for k, v in counts.items()), "counters only go up"
+
+
+class _RunsCode:
+    """A pickle that, loaded by plain `pickle.loads`, would run a shell command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_snapshot_round_trips_and_one_written_by_someone_else_cannot_run_code(tmp_path: Path) -> None:
+    """The state file holds the engine's snapshot as a pickle: loading one that names anything but
+    crashdoc's data classes fails (the daemon then resumes with empty counters) instead of running it."""
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.crash()
+    copy = Host().engine
+    copy.restore(h.engine.snapshot())
+    [d] = copy.diagnoses()
+    assert copy.units()[UNIT].crashloop and d.signature == "dsv4-hicache-size-unsupported" and d.crashes == 2
+    marker = tmp_path / "ran"
+    hostile = pickle.dumps({"version": "x", "units": _RunsCode(marker)})
+    with pytest.raises(ValueError, match=r"posix\.system is not part of a crashdoc snapshot"):
+        copy.restore(hostile)
+    assert not marker.exists()
+    assert copy.units()[UNIT].crashloop, "a rejected snapshot leaves the engine as it was"

@@ -74,21 +74,47 @@ def write_journal(folder: Path, entries: list[Mapping[str, str | bytes]]) -> Pat
     assert JOURNAL_REMOTE is not None
     path = folder / "crafted.journal"
     stream = b"".join(export_entry(e, 1_800_000_000_000_000 + i * 1000) for i, e in enumerate(entries))
-    subprocess.run([JOURNAL_REMOTE, "--split-mode=none", f"--output={path}", "-"], input=stream, check=True,
-                   capture_output=True, timeout=60)
+    subprocess.run(
+        [JOURNAL_REMOTE, "--split-mode=none", f"--output={path}", "-"],
+        input=stream,
+        check=True,
+        capture_output=True,
+        timeout=60,
+    )
     return path
 
 
-def line(message: str | bytes, pid: str | bytes = "4242", invocation: str = "a" * 32, unit: str | bytes = UNIT,
-         **extra: str | bytes) -> dict[str, str | bytes]:
-    return {"_TRANSPORT": "stdout", "_PID": pid, "_SYSTEMD_UNIT": unit, "_SYSTEMD_INVOCATION_ID": invocation,
-            "_COMM": "python3", "MESSAGE": message, **extra}
+def line(
+    message: str | bytes,
+    pid: str | bytes = "4242",
+    invocation: str = "a" * 32,
+    unit: str | bytes = UNIT,
+    **extra: str | bytes,
+) -> dict[str, str | bytes]:
+    return {
+        "_TRANSPORT": "stdout",
+        "_PID": pid,
+        "_SYSTEMD_UNIT": unit,
+        "_SYSTEMD_INVOCATION_ID": invocation,
+        "_COMM": "python3",
+        "MESSAGE": message,
+        **extra,
+    }
 
 
-def pid1(message: str, unit: str | bytes = UNIT, pid: str = "1", scope: str = "init.scope",
-         **extra: str | bytes) -> dict[str, str | bytes]:
-    return {"_TRANSPORT": "journal", "_PID": pid, "_SYSTEMD_UNIT": scope, "_COMM": "systemd", "UNIT": unit,
-            "INVOCATION_ID": "a" * 32, "MESSAGE": message, **extra}
+def pid1(
+    message: str, unit: str | bytes = UNIT, pid: str = "1", scope: str = "init.scope", **extra: str | bytes
+) -> dict[str, str | bytes]:
+    return {
+        "_TRANSPORT": "journal",
+        "_PID": pid,
+        "_SYSTEMD_UNIT": scope,
+        "_COMM": "systemd",
+        "UNIT": unit,
+        "INVOCATION_ID": "a" * 32,
+        "MESSAGE": message,
+        **extra,
+    }
 
 
 def hostile_journal_entries() -> list[dict[str, str | bytes]]:
@@ -96,8 +122,13 @@ def hostile_journal_entries() -> list[dict[str, str | bytes]]:
     return [
         # a watched unit forging PID 1's records (native protocol fields) and printing its wording
         line(f"{UNIT}: Scheduled restart job, restart counter is at 99.", **forged_restart, UNIT=UNIT),
-        line(f"{UNIT}: Main process exited, code=killed, status=9/KILL", MESSAGE_ID=EXITED, UNIT=UNIT,
-             EXIT_CODE="killed", EXIT_STATUS="9"),
+        line(
+            f"{UNIT}: Main process exited, code=killed, status=9/KILL",
+            MESSAGE_ID=EXITED,
+            UNIT=UNIT,
+            EXIT_CODE="killed",
+            EXIT_STATUS="9",
+        ),
         # another unit, and even init.scope with a PID that is not 1 (a crafted file)
         {**pid1("forged", scope="other.service", pid="77"), **forged_restart},
         {**pid1("forged", pid="77"), **forged_restart},
@@ -118,8 +149,12 @@ def hostile_journal_entries() -> list[dict[str, str | bytes]]:
         line(b"\x1b[1;31m" + DSV4.encode() + b"\x1b[0m\x00\xff"),
         line(""),
         # what PID 1 really wrote: one crash, one restart
-        pid1(f"{UNIT}: Main process exited, code=killed, status=9/KILL", MESSAGE_ID=EXITED, EXIT_CODE="killed",
-             EXIT_STATUS="9"),
+        pid1(
+            f"{UNIT}: Main process exited, code=killed, status=9/KILL",
+            MESSAGE_ID=EXITED,
+            EXIT_CODE="killed",
+            EXIT_STATUS="9",
+        ),
         pid1(f"{UNIT}: Failed with result 'signal'.", MESSAGE_ID=FAILED, UNIT_RESULT="signal"),
         pid1(f"{UNIT}: Scheduled restart job, restart counter is at 1.", MESSAGE_ID=RESTART, N_RESTARTS="1"),
     ]
@@ -139,7 +174,11 @@ def test_journal_file_with_forgeries_and_binary_fields_reads_without_error(tmp_p
     lines = [e for e in events if isinstance(e, LogLine)]
     # what PID 1 wrote about the unit, and nothing the unit itself or another scope wrote
     assert [(r.kind, r.n_restarts) for r in lifecycle] == [
-        (Lifecycle.EXITED, None), (Lifecycle.EXITED, None), (Lifecycle.FAILED, None), (Lifecycle.RESTART_SCHEDULED, 1)]
+        (Lifecycle.EXITED, None),
+        (Lifecycle.EXITED, None),
+        (Lifecycle.FAILED, None),
+        (Lifecycle.RESTART_SCHEDULED, 1),
+    ]
     assert (lifecycle[0].exit_code, lifecycle[0].exit_status) == ("\x00\ufffd", "\x1b[31m9")  # PID 1's, junk or not
     assert (lifecycle[1].exit_code, lifecycle[1].exit_status) == ("killed", "KILL")
     # every line of the unit is read, as text, cut to a bounded size
@@ -151,8 +190,9 @@ def test_journal_file_with_forgeries_and_binary_fields_reads_without_error(tmp_p
 @needs_journal_remote
 def test_diagnose_file_on_a_hostile_journal(tmp_path: Path) -> None:
     path = write_journal(tmp_path, hostile_journal_entries())
-    result = subprocess.run([*CRASHDOC, "diagnose", "--json", "--file", str(path)], capture_output=True, text=True,
-                            timeout=120)
+    result = subprocess.run(
+        [*CRASHDOC, "diagnose", "--json", "--file", str(path)], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert "Traceback" not in result.stderr
     [d] = json.loads(result.stdout)["diagnoses"]
@@ -169,16 +209,26 @@ def test_diagnose_file_on_a_hostile_journal(tmp_path: Path) -> None:
 def test_escapes_in_a_units_output_never_reach_the_terminal(tmp_path: Path) -> None:
     """A unit prints escape sequences (title, screen clear, OSC, C1 CSI) on the line a line signature
     matches; its capture lands in the fix. `diagnose` shows the text without them."""
-    path = write_journal(tmp_path, [
-        line(b"sglang serve: error: unrecognized arguments: --foo \x1b]0;pwned\x07\x1b[2J\x1b[31mRED\x1b[0m\xc2\x9b"
-             b"\x08\r"),
-        pid1(f"{UNIT}: Main process exited, code=exited, status=2/INVALIDARGUMENT", MESSAGE_ID=EXITED,
-             EXIT_CODE="exited", EXIT_STATUS="2"),
-        pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
-    ])
+    path = write_journal(
+        tmp_path,
+        [
+            line(
+                b"sglang serve: error: unrecognized arguments: --foo \x1b]0;pwned\x07\x1b[2J\x1b[31mRED\x1b[0m\xc2\x9b"
+                b"\x08\r"
+            ),
+            pid1(
+                f"{UNIT}: Main process exited, code=exited, status=2/INVALIDARGUMENT",
+                MESSAGE_ID=EXITED,
+                EXIT_CODE="exited",
+                EXIT_STATUS="2",
+            ),
+            pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
+        ],
+    )
     for args in ([], ["--json"]):
-        result = subprocess.run([*CRASHDOC, "diagnose", "--file", str(path), *args], capture_output=True, text=True,
-                                timeout=120)
+        result = subprocess.run(
+            [*CRASHDOC, "diagnose", "--file", str(path), *args], capture_output=True, text=True, timeout=120
+        )
         assert result.returncode == 0, result.stderr
         assert "unrecognized arguments: --foo RED" in result.stdout and "pwned" not in result.stdout
         assert_sensible(result.stdout)
@@ -208,8 +258,10 @@ def hostile_logs() -> dict[str, bytes]:
         b"\x1b[1;31m" + DSV4.encode() + b"\x1b[0m\x00\xff" + b"A" * (1 << 20),
         b"",
     ]
-    argparse = [*junk, b"sglang serve: error: unrecognized arguments: --foo \x1b]0;pwned\x07\x1b[2J\x1b[31mRED"
-                b"\x00\xc2\x9b\r\x7f"]
+    argparse = [
+        *junk,
+        b"sglang serve: error: unrecognized arguments: --foo \x1b]0;pwned\x07\x1b[2J\x1b[31mRED\x00\xc2\x9b\r\x7f",
+    ]
     return {"traceback.log": b"\n".join(traceback) + b"\n", "argparse.log": b"\n".join(argparse) + b"\n"}
 
 
@@ -218,8 +270,9 @@ def test_explain_shows_hostile_logs_as_sensible_text(tmp_path: Path, as_json: bo
     for name, data in hostile_logs().items():
         (tmp_path / name).write_bytes(data)
     files = [str(tmp_path / name) for name in hostile_logs()]
-    result = subprocess.run([*CRASHDOC, "explain", *files, *(["--json"] if as_json else [])],
-                            capture_output=True, text=True, timeout=120)
+    result = subprocess.run(
+        [*CRASHDOC, "explain", *files, *(["--json"] if as_json else [])], capture_output=True, text=True, timeout=120
+    )
     assert result.returncode == 0, result.stderr
     assert_sensible(result.stdout, limit=2 * 64 * 1024)
     assert DSV4 in result.stdout
@@ -270,8 +323,11 @@ def test_a_chain_of_ten_thousand_exceptions_keeps_its_ends() -> None:
         for i in range(10_000):
             if i:
                 yield from ("", "During handling of the above exception, another exception occurred:", "")
-            yield from ("Traceback (most recent call last):", f'  File "/x/m{i}.py", line {i}, in f{i}',
-                        f"KeyError: {i}")
+            yield from (
+                "Traceback (most recent call last):",
+                f'  File "/x/m{i}.py", line {i}, in f{i}',
+                f"KeyError: {i}",
+            )
         yield "[2026-05-01 12:00:04] next record"
 
     [tb] = assemble(lines())
@@ -282,18 +338,52 @@ def test_a_chain_of_ten_thousand_exceptions_keeps_its_ends() -> None:
 # --- a million hostile messages through the engine --------------------------------------------------
 
 PIECES = (
-    "Traceback (most recent call last):", "[2026-05-01 12:00:03 TP0] ", "Scheduler hit an exception: ",
+    "Traceback (most recent call last):",
+    "[2026-05-01 12:00:03 TP0] ",
+    "Scheduler hit an exception: ",
     '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 6361, in run',
-    '  File "', "    scheduler = Scheduler(", "    ^^^^^^^", "ValueError: ", "RuntimeError", DSV4,
+    '  File "',
+    "    scheduler = Scheduler(",
+    "    ^^^^^^^",
+    "ValueError: ",
+    "RuntimeError",
+    DSV4,
     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB. GPU 0 has a total capacity of 79 GiB",
     "During handling of the above exception, another exception occurred:",
-    "The above exception was the direct cause of the following exception:", "Exception in thread T-1 (w):",
-    "The server is fired up and ready to roll!", "server_args={'model_path': 'x', 'tp_size': 8, 'a': [1, {",
-    "Received sigquit from a child process. It usually means one child failed.", "kill_process_tree called",
-    "KV Cache is allocated.", "Load weight begin.", "sglang serve: error: unrecognized arguments: ",
-    "[Previous line repeated 996 more times]", "NCCL WARN", "Scheduled restart job, restart counter is at 99.",
-    "Main process exited, code=killed, status=9/KILL", "\x00", "\x1b[31m", "\x1b]0;t\x07", "\x9b", "\ufffd" * 3,
-    "\r", "\t", "\n", "\u2028", "\U0001f600", "é", "'", '"', "(", "{", "[", "$(", "${x}", " ", "", "x" * 1000,
+    "The above exception was the direct cause of the following exception:",
+    "Exception in thread T-1 (w):",
+    "The server is fired up and ready to roll!",
+    "server_args={'model_path': 'x', 'tp_size': 8, 'a': [1, {",
+    "Received sigquit from a child process. It usually means one child failed.",
+    "kill_process_tree called",
+    "KV Cache is allocated.",
+    "Load weight begin.",
+    "sglang serve: error: unrecognized arguments: ",
+    "[Previous line repeated 996 more times]",
+    "NCCL WARN",
+    "Scheduled restart job, restart counter is at 99.",
+    "Main process exited, code=killed, status=9/KILL",
+    "\x00",
+    "\x1b[31m",
+    "\x1b]0;t\x07",
+    "\x9b",
+    "\ufffd" * 3,
+    "\r",
+    "\t",
+    "\n",
+    "\u2028",
+    "\U0001f600",
+    "é",
+    "'",
+    '"',
+    "(",
+    "{",
+    "[",
+    "$(",
+    "${x}",
+    " ",
+    "",
+    "x" * 1000,
 )
 UNITS = ("sglang-prefill.service", "sglang-decode.service", "sglang-router.service", "other.service")
 KINDS = tuple(Lifecycle)
@@ -325,15 +415,30 @@ def test_a_million_hostile_messages_through_the_engine() -> None:
             kind = KINDS[rnd.randrange(len(KINDS))]
             if kind is Lifecycle.STARTED:
                 runs[unit] += 1
-            engine.on_lifecycle(LifecycleRecord(
-                unit, kind, now if i % 3 else 0.0, invocation=f"run{runs[unit]}" if i % 5 else rnd.choice(pool)[:40],
-                n_restarts=rnd.choice([None, 0, 1, 99, 2**62]), exit_code=rnd.choice([None, "killed", "exited", "?"]),
-                exit_status=rnd.choice([None, "9", "KILL", "", "\x00\ufffd", "x" * 500]),
-                result=rnd.choice([None, "signal", "exit-code", "start-limit-hit", "\x1b[2J"]),
-                message=rnd.choice(pool)[:500]))
+            engine.on_lifecycle(
+                LifecycleRecord(
+                    unit,
+                    kind,
+                    now if i % 3 else 0.0,
+                    invocation=f"run{runs[unit]}" if i % 5 else rnd.choice(pool)[:40],
+                    n_restarts=rnd.choice([None, 0, 1, 99, 2**62]),
+                    exit_code=rnd.choice([None, "killed", "exited", "?"]),
+                    exit_status=rnd.choice([None, "9", "KILL", "", "\x00\ufffd", "x" * 500]),
+                    result=rnd.choice([None, "signal", "exit-code", "start-limit-hit", "\x1b[2J"]),
+                    message=rnd.choice(pool)[:500],
+                )
+            )
             continue
-        engine.on_line(LogLine(unit, 1000 + i % 13, pool[i % len(pool)], now, f"run{runs[unit]}",
-                               pool[(i * 7) % len(pool)][:200] if i % 1000 == 1 else ""))
+        engine.on_line(
+            LogLine(
+                unit,
+                1000 + i % 13,
+                pool[i % len(pool)],
+                now,
+                f"run{runs[unit]}",
+                pool[(i * 7) % len(pool)][:200] if i % 1000 == 1 else "",
+            )
+        )
         if i % 20_000 == 0:
             engine.tick(now)
             engine.events()
@@ -450,14 +555,17 @@ def test_catastrophic_patterns_match_a_48k_line_in_linear_time(tmp_path: Path) -
     # each signature really is in the library, and matches where it should
     assert matcher.match_line("aaaa").signature_id == "nested-plus-line"
     assert [m.signature_id for m in matcher.match_exception(ExceptionInfo("ValueError", "xxy"), Facts())] == [
-        "nested-plus-message"]
+        "nested-plus-message"
+    ]
 
     baseline = _fastest(lambda: matcher.match_line("a" * (48 * 1024 - 1) + "c"))
     nested_line = _fastest(lambda: matcher.match_line(hostile_line))
     nested_message = _fastest(lambda: matcher.match_exception(hostile_message, Facts()))
     backtracking = _fastest(lambda: re.compile("(a+)+$").search("a" * 19 + "!"), rounds=1)
-    print(f"\n48K line: plain {baseline * 1e3:.2f} ms, (a+)+$ {nested_line * 1e3:.2f} ms, "
-          f"(x+x+)+y {nested_message * 1e3:.2f} ms; Python re, (a+)+$ on 20 characters: {backtracking * 1e3:.0f} ms")
+    print(
+        f"\n48K line: plain {baseline * 1e3:.2f} ms, (a+)+$ {nested_line * 1e3:.2f} ms, "
+        f"(x+x+)+y {nested_message * 1e3:.2f} ms; Python re, (a+)+$ on 20 characters: {backtracking * 1e3:.0f} ms"
+    )
     assert matcher.match_line(hostile_line) is None and matcher.match_exception(hostile_message, Facts()) == []
     assert nested_line < 10 * baseline + 0.002, (baseline, nested_line)
     assert nested_message < 10 * baseline + 0.002, (baseline, nested_message)

@@ -112,8 +112,15 @@ def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_pat
         if not fnmatch.fnmatchcase(unit, "sglang*.service") or "MESSAGE" not in e or "_PID" not in e:
             continue
         invocation = e.get("_SYSTEMD_INVOCATION_ID")
-        expected.append((unit, e["_PID"], e["MESSAGE"], getattr(invocation, "hex", invocation or ""),
-                         round(e["__REALTIME_TIMESTAMP"].timestamp(), 6)))
+        expected.append(
+            (
+                unit,
+                e["_PID"],
+                e["MESSAGE"],
+                getattr(invocation, "hex", invocation or ""),
+                round(e["__REALTIME_TIMESTAMP"].timestamp(), 6),
+            )
+        )
     source = JournalSource(UnitFilter((WatchRule("sglang*.service"),)), files=files)
     source.seek_head()
     got = []
@@ -158,21 +165,36 @@ def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path,
     build(6_000, seed=9, folder=folder, crash_every=(1_500, 3_000))
     boot, now = boot_id(), 1_796_000_000_000_000
     extra = [  # what only the match's other terms let through
-        {"_TRANSPORT": "kernel", "MESSAGE": "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
-         "mems_allowed=0,oom_memcg=/system.slice/sglang-prefill.service,task_memcg=/system.slice/"
-         "sglang-prefill.service,task=python3,pid=4242,uid=0", "PRIORITY": "3"},
-        {"_SYSTEMD_UNIT": "systemd-coredump@0-4243-0.service", "MESSAGE_ID": COREDUMP_MESSAGE_ID, "_UID": "0",
-         "COREDUMP_UNIT": "sglang-decode.service", "COREDUMP_SIGNAL_NAME": "SIGSEGV", "MESSAGE": "Process dumped"},
+        {
+            "_TRANSPORT": "kernel",
+            "MESSAGE": "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
+            "mems_allowed=0,oom_memcg=/system.slice/sglang-prefill.service,task_memcg=/system.slice/"
+            "sglang-prefill.service,task=python3,pid=4242,uid=0",
+            "PRIORITY": "3",
+        },
+        {
+            "_SYSTEMD_UNIT": "systemd-coredump@0-4243-0.service",
+            "MESSAGE_ID": COREDUMP_MESSAGE_ID,
+            "_UID": "0",
+            "COREDUMP_UNIT": "sglang-decode.service",
+            "COREDUMP_SIGNAL_NAME": "SIGSEGV",
+            "MESSAGE": "Process dumped",
+        },
         {"_SYSTEMD_UNIT": "other.service", "_PID": "77", "MESSAGE": "Scheduled restart job, restart counter is at 9."},
-        {"_SYSTEMD_UNIT": "sglang-decode.service", "_PID": "4300", "MESSAGE": "a line after the others",
-         "_SYSTEMD_INVOCATION_ID": "0" * 32},
+        {
+            "_SYSTEMD_UNIT": "sglang-decode.service",
+            "_PID": "4300",
+            "MESSAGE": "a line after the others",
+            "_SYSTEMD_INVOCATION_ID": "0" * 32,
+        },
     ]
     stream = b""
     for i, fields in enumerate(extra):
         head = f"__REALTIME_TIMESTAMP={now + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n_BOOT_ID={boot}\n"
         stream += (head + "".join(f"{k}={v}\n" for k, v in fields.items()) + "\n").encode()
-    subprocess.run([JOURNAL_REMOTE, "--split-mode=none", f"--output={folder}/extra.journal", "-"], input=stream,
-                   check=True)
+    subprocess.run(
+        [JOURNAL_REMOTE, "--split-mode=none", f"--output={folder}/extra.journal", "-"], input=stream, check=True
+    )
     units = UnitFilter((WatchRule("sglang*.service"),))
 
     def events(**where):

@@ -42,7 +42,7 @@ HOSTILE_TRACEBACK = [
     f"    launch(['--api-key', '{API_KEY}'])",
     '  File "/opt/sglang/srt/<script>evil</script>.py", line 7, in load',
     f"    requests.get(url, headers={{'Authorization': 'Bearer {BEARER}'}})",
-    "RuntimeError: \x1b[31mcannot load\x1b[0m <script>alert(\"pwned\")</script> \" onmouseover=\"alert(1)\" "
+    'RuntimeError: \x1b[31mcannot load\x1b[0m <script>alert("pwned")</script> " onmouseover="alert(1)" '
     f"\x00 from https://admin:{URL_PASSWORD}@hf.example.net/model --api-key {API_KEY} "
     f"Authorization: Bearer {BEARER} \u202egnp.exe",
     "",
@@ -59,14 +59,47 @@ DSV4_TRACEBACK = [
     "",
 ]
 PREFILL_ARGV = (
-    "/usr/bin/python3", "-m", "sglang.launch_server", "--model-path", f"https://u:{URL_PASSWORD}@hf.example.net/m",
-    "--tp-size", "2", "--enable-hierarchical-cache", "--hicache-size", "150", "--api-key", API_KEY,
-    "--hf-token", "tok3n-in-argv-0123456789",
+    "/usr/bin/python3",
+    "-m",
+    "sglang.launch_server",
+    "--model-path",
+    f"https://u:{URL_PASSWORD}@hf.example.net/m",
+    "--tp-size",
+    "2",
+    "--enable-hierarchical-cache",
+    "--hicache-size",
+    "150",
+    "--api-key",
+    API_KEY,
+    "--hf-token",
+    "tok3n-in-argv-0123456789",
 )
 
 # what crashdoc's pages may contain: its own tags and attributes, nothing a log could add
-TAGS = {"html", "head", "meta", "title", "style", "body", "h1", "h2", "h3", "h4", "p", "table", "tr", "th", "td",
-        "pre", "code", "span", "ul", "li", "a", "strong"}
+TAGS = {
+    "html",
+    "head",
+    "meta",
+    "title",
+    "style",
+    "body",
+    "h1",
+    "h2",
+    "h3",
+    "h4",
+    "p",
+    "table",
+    "tr",
+    "th",
+    "td",
+    "pre",
+    "code",
+    "span",
+    "ul",
+    "li",
+    "a",
+    "strong",
+}
 ATTRIBUTES = {"charset", "class", "href"}
 
 
@@ -105,8 +138,9 @@ def crash_loop(daemon: Daemon, unit: str, traceback: list[str], argv: tuple[str,
             engine.on_lifecycle(
                 LifecycleRecord(unit, Lifecycle.EXITED, t, invocation=inv, exit_code="exited", exit_status="1")
             )
-            engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.RESTART_SCHEDULED, t + 1, invocation=inv,
-                                                n_restarts=run))
+            engine.on_lifecycle(
+                LifecycleRecord(unit, Lifecycle.RESTART_SCHEDULED, t + 1, invocation=inv, n_restarts=run)
+            )
             t += 2
         engine.tick(t)
         engine.events()

@@ -31,8 +31,13 @@ def write(tmp: Path, *signatures: str) -> Path:
 
 
 def sig(**kw: str) -> str:
-    values = {"id": "lint-a", "message": "disk (?P<disk>\\w+) is full", "summary": "free ${disk}",
-              "runbook": RUNBOOK, "example": "disk sda is full"}
+    values = {
+        "id": "lint-a",
+        "message": "disk (?P<disk>\\w+) is full",
+        "summary": "free ${disk}",
+        "runbook": RUNBOOK,
+        "example": "disk sda is full",
+    }
     values.update(kw)
     return GOOD.format(**values)
 
@@ -47,8 +52,9 @@ def test_a_clean_library_passes(tmp_path: Path, capsys) -> None:
 
 
 def test_runbook_sections_near_misses_and_templates_are_checked(tmp_path: Path, capsys) -> None:
-    text = sig(runbook="Why it happens: a long explanation of the failure without the other parts.",
-               summary="free ${dsk}")
+    text = sig(
+        runbook="Why it happens: a long explanation of the failure without the other parts.", summary="free ${dsk}"
+    )
     text = text[: text.index("      no_match:")]
     code, out = run(capsys, "lint", str(write(tmp_path, text)))
     assert code == 1

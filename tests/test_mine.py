@@ -39,9 +39,7 @@ from crashdoc.matching.mine import (
 from crashdoc.matching.selftest import test_library as run_library_examples
 
 FIXTURE = Path(__file__).parent / "fixtures" / "mine"
-REAL = Path(
-    os.environ.get("CRASHDOC_SGLANG_SRC", Path(__file__).resolve().parents[1] / ".cache/sglang-0.5.23/sglang")
-)
+REAL = Path(os.environ.get("CRASHDOC_SGLANG_SRC", Path(__file__).resolve().parents[1] / ".cache/sglang-0.5.23/sglang"))
 DSV4 = "srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py"
 
 
@@ -224,8 +222,9 @@ def test_generated_examples_match_generated_patterns(parts):
 
 def test_trailing_newlines_move_into_the_optional_piece_that_follows():
     # `msg = "a\n"; msg += "b\n"`: a traceback shows "a\nb" or "a", never the final newline
-    template = Template(("Command: x\n", Hole("msg += ...", choices=(("stderr:\n", Hole("err", "err"), "\n"),),
-                                               optional=True))).stripped()
+    template = Template(
+        ("Command: x\n", Hole("msg += ...", choices=(("stderr:\n", Hole("err", "err"), "\n"),), optional=True))
+    ).stripped()
     pattern, example, captures = pattern_and_example(template)
     assert pattern == r"Command: x(?:\nstderr:\n(?P<err>.+))?"
     assert example == "Command: x\nstderr:\nx" and captures == {"err": "x"}
@@ -538,9 +537,9 @@ def test_real_package_partial_parse_equals_whole_parse():
     for path, text in tree.read_many(paths):
         partial = mine_source(path, text)
         whole = mine_source(path, text, whole=True)
-        assert [(s.line, s.template) for s in partial.statements] == [
-            (s.line, s.template) for s in whole.statements
-        ], path
+        assert [(s.line, s.template) for s in partial.statements] == [(s.line, s.template) for s in whole.statements], (
+            path
+        )
 
 
 def test_report_text_is_printable(report):

@@ -46,13 +46,25 @@ EXC_TYPE = st.one_of(
 # a message line is anything printable that Python could print after the exception line, except what
 # ends a traceback by definition: a new SGLang record, a header, a chain marker, a blank line
 MESSAGE_LINE = st.text(
-    st.characters(blacklist_categories=["Cc", "Cs", "Zl", "Zp"], blacklist_characters="\x85"), min_size=1,
+    st.characters(blacklist_categories=["Cc", "Cs", "Zl", "Zp"], blacklist_characters="\x85"),
+    min_size=1,
     max_size=60,
 ).filter(
-    lambda s: s.strip() != ""
-    and s == s.strip()
-    and not s.startswith(("[", "Traceback (most recent", "Exception in thread", "Process ", "Fatal Python",
-                          "During handling", "The above exception"))
+    lambda s: (
+        s.strip() != ""
+        and s == s.strip()
+        and not s.startswith(
+            (
+                "[",
+                "Traceback (most recent",
+                "Exception in thread",
+                "Process ",
+                "Fatal Python",
+                "During handling",
+                "The above exception",
+            )
+        )
+    )
 )
 EXCEPTION = st.tuples(EXC_TYPE, st.lists(MESSAGE_LINE, min_size=1, max_size=3), st.lists(FRAME, max_size=6))
 
@@ -64,8 +76,12 @@ def printed(chain: list[tuple[str, list[str], list[tuple[str, int, str, str | No
         if i == 0:
             lines.append(f"[2026-05-01 12:00:03 {rank}] Scheduler hit an exception: Traceback (most recent call last):")
         else:
-            lines += ["", "During handling of the above exception, another exception occurred:", "",
-                      "Traceback (most recent call last):"]
+            lines += [
+                "",
+                "During handling of the above exception, another exception occurred:",
+                "",
+                "Traceback (most recent call last):",
+            ]
         for path, number, func, code in frames:
             lines.append(f'  File "{path}", line {number}, in {func}')
             if code is not None:
@@ -95,18 +111,43 @@ def test_printed_tracebacks_interleaved_across_processes_come_back_exactly(chain
         assert [e.type for e in tb.chain] == [c[0] for c in chain]
         assert [e.message for e in tb.chain] == ["\n".join(c[1]) for c in chain]
         assert [[(f.file, f.line, f.function, f.code) for f in e.frames] for e in tb.chain] == [
-            [(p, n, fn, code or "") for p, n, fn, code in c[2]] for c in chain]
+            [(p, n, fn, code or "") for p, n, fn, code in c[2]] for c in chain
+        ]
     assert assembler.pending == 0
 
 
-HOSTILE_PIECES = st.sampled_from([
-    "Traceback (most recent call last):", "[2026-05-01 12:00:03 TP0] ", "Scheduler hit an exception: ",
-    '  File "/x/y.py", line 3, in f', '  File "', "    code()", "    ^^^^", "ValueError: ", "ValueError",
-    "During handling of the above exception, another exception occurred:",
-    "The above exception was the direct cause of the following exception:", "Exception in thread T:",
-    "  [Previous line repeated 996 more times]", "", " ", "\t", "\x00", "\x1b[31m", "\x1b]0;t\x07", "\x9b", "\ufffd",
-    "\r", "\u2028", "[rank0]: ", "x" * 300, "é", ":", '"',
-])
+HOSTILE_PIECES = st.sampled_from(
+    [
+        "Traceback (most recent call last):",
+        "[2026-05-01 12:00:03 TP0] ",
+        "Scheduler hit an exception: ",
+        '  File "/x/y.py", line 3, in f',
+        '  File "',
+        "    code()",
+        "    ^^^^",
+        "ValueError: ",
+        "ValueError",
+        "During handling of the above exception, another exception occurred:",
+        "The above exception was the direct cause of the following exception:",
+        "Exception in thread T:",
+        "  [Previous line repeated 996 more times]",
+        "",
+        " ",
+        "\t",
+        "\x00",
+        "\x1b[31m",
+        "\x1b]0;t\x07",
+        "\x9b",
+        "\ufffd",
+        "\r",
+        "\u2028",
+        "[rank0]: ",
+        "x" * 300,
+        "é",
+        ":",
+        '"',
+    ]
+)
 HOSTILE_LINE = st.one_of(
     st.lists(HOSTILE_PIECES, max_size=6).map("".join),
     st.text(max_size=80),
@@ -178,9 +219,28 @@ YAML_TREE = st.recursive(
     YAML_SCALAR,
     lambda inner: st.one_of(
         st.lists(inner, max_size=4),
-        st.dictionaries(st.sampled_from(["signatures", "id", "match", "fix", "examples", "line", "message",
-                                         "exception", "title", "category", "severity", "runbook", "x"]) | st.text(
-            max_size=8), inner, max_size=5),
+        st.dictionaries(
+            st.sampled_from(
+                [
+                    "signatures",
+                    "id",
+                    "match",
+                    "fix",
+                    "examples",
+                    "line",
+                    "message",
+                    "exception",
+                    "title",
+                    "category",
+                    "severity",
+                    "runbook",
+                    "x",
+                ]
+            )
+            | st.text(max_size=8),
+            inner,
+            max_size=5,
+        ),
     ),
     max_leaves=25,
 )
@@ -198,8 +258,31 @@ EDIT = st.tuples(
     st.sampled_from(["delete", "insert", "duplicate", "replace"]),
     st.floats(0, 1),
     st.integers(1, 40),
-    st.sampled_from(["(a+)+$", "(?=x)", "\\1", "&a", "*a", "!!python/object:os.system", ": ", "- ", "\t", "'", '"',
-                     "{", "[", "\n", "  ", "${x}", "999999999999999999999999", "~", "id: dup", "\x00", "\ufeff"]),
+    st.sampled_from(
+        [
+            "(a+)+$",
+            "(?=x)",
+            "\\1",
+            "&a",
+            "*a",
+            "!!python/object:os.system",
+            ": ",
+            "- ",
+            "\t",
+            "'",
+            '"',
+            "{",
+            "[",
+            "\n",
+            "  ",
+            "${x}",
+            "999999999999999999999999",
+            "~",
+            "id: dup",
+            "\x00",
+            "\ufeff",
+        ]
+    ),
 )
 
 
@@ -210,13 +293,13 @@ def test_loader_on_edits_of_a_real_signature_file(tmp_path_factory, edits) -> No
     for action, where, size, piece in edits:
         at = int(where * len(text))
         if action == "delete":
-            text = text[:at] + text[at + size:]
+            text = text[:at] + text[at + size :]
         elif action == "insert":
             text = text[:at] + piece + text[at:]
         elif action == "duplicate":
-            text = text[:at] + text[at:at + size * 10] + text[at:]
+            text = text[:at] + text[at : at + size * 10] + text[at:]
         else:
-            text = text[:at] + piece + text[at + size:]
+            text = text[:at] + piece + text[at + size :]
     folder = tmp_path_factory.mktemp("e")
     path, problems = load_text(folder, text.encode())
     assert_problems_locate(problems, path, text)
@@ -230,22 +313,74 @@ def test_loader_on_edits_of_a_real_signature_file(tmp_path_factory, edits) -> No
 
 FLAGS = ["--hicache-size", "--hicache-ratio", "--tp-size", "--mem-fraction-static", "--model-path", "--cuda-graph-bs"]
 WORDS = st.one_of(
-    st.sampled_from(["python", "python3", "-m", "sglang.launch_server", "sglang", "serve", "/bin/sh", "-c", "bash",
-                     "exec", "numactl", "--membind=0", "env", "A=1", "--", "$ARGS", "${X:-1}", "/s.sh", "/t.sh",
-                     *FLAGS, "150", "2.0", "'", '"', "\\", ";", "&&", "\n"]),
+    st.sampled_from(
+        [
+            "python",
+            "python3",
+            "-m",
+            "sglang.launch_server",
+            "sglang",
+            "serve",
+            "/bin/sh",
+            "-c",
+            "bash",
+            "exec",
+            "numactl",
+            "--membind=0",
+            "env",
+            "A=1",
+            "--",
+            "$ARGS",
+            "${X:-1}",
+            "/s.sh",
+            "/t.sh",
+            *FLAGS,
+            "150",
+            "2.0",
+            "'",
+            '"',
+            "\\",
+            ";",
+            "&&",
+            "\n",
+        ]
+    ),
     st.text(max_size=12),
 )
 HOSTILE_VALUE = st.one_of(
     st.none(),
-    st.sampled_from(["'; rm -rf / #", "$(reboot)", "`id`", "a\nb", "\\", '"', "x' y", "--tp-size", "-", "", " ",
-                     "${HOME}", "*", "\x00", "\x1b[2J", "é"]),
+    st.sampled_from(
+        [
+            "'; rm -rf / #",
+            "$(reboot)",
+            "`id`",
+            "a\nb",
+            "\\",
+            '"',
+            "x' y",
+            "--tp-size",
+            "-",
+            "",
+            " ",
+            "${HOME}",
+            "*",
+            "\x00",
+            "\x1b[2J",
+            "é",
+        ]
+    ),
     st.text(max_size=10),
 )
 HOSTILE_CHANGES = st.lists(
-    st.builds(FlagChange, action=st.sampled_from(["replace", "remove", "add", "set", "frobnicate"]),
-              flag=st.sampled_from(FLAGS), value=HOSTILE_VALUE,
-              new_flag=st.one_of(st.none(), st.sampled_from(FLAGS))),
-    min_size=1, max_size=3,
+    st.builds(
+        FlagChange,
+        action=st.sampled_from(["replace", "remove", "add", "set", "frobnicate"]),
+        flag=st.sampled_from(FLAGS),
+        value=HOSTILE_VALUE,
+        new_flag=st.one_of(st.none(), st.sampled_from(FLAGS)),
+    ),
+    min_size=1,
+    max_size=3,
 )
 SCRIPT_BYTES = st.one_of(
     st.binary(max_size=200),
@@ -254,8 +389,9 @@ SCRIPT_BYTES = st.one_of(
 
 
 @SETTINGS
-@given(st.lists(WORDS, max_size=12), st.dictionaries(st.sampled_from(["/s.sh", "/t.sh"]), SCRIPT_BYTES),
-       HOSTILE_CHANGES)
+@given(
+    st.lists(WORDS, max_size=12), st.dictionaries(st.sampled_from(["/s.sh", "/t.sh"]), SCRIPT_BYTES), HOSTILE_CHANGES
+)
 def test_find_invocation_and_fix_never_raise(argv, files, changes) -> None:
     """Any ExecStart argv, scripts that call each other (or themselves) with any bytes in them."""
 

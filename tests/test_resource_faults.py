@@ -53,8 +53,10 @@ def test_state_folder_full_then_read_only_then_back(sandbox_factory, sandbox_wor
     cd = start_crashdoc(sandbox)
     try:
         # full: dd fills the tmpfs to the last page; the loop is diagnosed in memory meanwhile
-        sandbox.run(["sh", "-c", f"dd if=/dev/zero of={state}/fill bs=64k; dd if=/dev/zero of={state}/fill2 bs=4k; "
-                                 "true"], check=True)
+        sandbox.run(
+            ["sh", "-c", f"dd if=/dev/zero of={state}/fill bs=64k; dd if=/dev/zero of={state}/fill2 bs=4k; true"],
+            check=True,
+        )
         sandbox.systemctl("start", UNIT, check=True)
         wait_for(lambda: cd.metric("crashdoc_state_writable") == 0.0, 30, "state_writable 0 (disk full)", cd)
         wait_for(lambda: cd.metric("crashdoc_unit_crashloop", unit=UNIT) == 1.0, 60, "the loop, in memory", cd)
@@ -112,11 +114,15 @@ def test_http_port_taken_is_one_clear_line_and_a_failure(tmp_path: Path) -> None
     ("args", "message"),
     [
         (["--listen", "localhost"], "crashdoc: --listen: listen address must be HOST:PORT, got 'localhost'\n"),
-        (["--listen", "127.0.0.1:99999"],
-         "crashdoc: --listen: listen address must be HOST:PORT, got '127.0.0.1:99999'\n"),
+        (
+            ["--listen", "127.0.0.1:99999"],
+            "crashdoc: --listen: listen address must be HOST:PORT, got '127.0.0.1:99999'\n",
+        ),
         (["--listen", "no-such-host.invalid:10247"], None),
-        (["--runbook-base-url", "crashdoc.example.net"],
-         "crashdoc: --runbook-base-url: must be an http(s) URL, got 'crashdoc.example.net'\n"),
+        (
+            ["--runbook-base-url", "crashdoc.example.net"],
+            "crashdoc: --runbook-base-url: must be an http(s) URL, got 'crashdoc.example.net'\n",
+        ),
         (["--alertmanager-url", "am:9093"], "crashdoc: --alertmanager-url: must be an http(s) URL, got 'am:9093'\n"),
     ],
     ids=["no-port", "port-range", "unknown-host", "runbook-url", "alertmanager-url"],

@@ -192,7 +192,6 @@ def run(args: argparse.Namespace) -> int:
     if args.runbook_base_url:
         overrides["runbook_base_url"] = args.runbook_base_url
     if args.alertmanager_url:
-
         overrides["alertmanager"] = dataclasses.replace(config.alertmanager, url=args.alertmanager_url)
     if args.listen:
         try:
@@ -345,8 +344,10 @@ def check_config(args: argparse.Namespace) -> int:
         problems.append(f"{at(('signatures', 'builtin'))}: signatures.builtin: the built-in library is not installed")
     library = None
     if not config.builtin_signatures and not config.signature_folders:
-        problems.append(f"{at(('signatures', 'builtin'), ('signatures',))}: signatures: no library (builtin is "
-                        "false and there are no folders)")
+        problems.append(
+            f"{at(('signatures', 'builtin'), ('signatures',))}: signatures: no library (builtin is "
+            "false and there are no folders)"
+        )
     elif builtin or folders:
         try:
             library = load_library([*builtin, *folders])
@@ -356,8 +357,10 @@ def check_config(args: argparse.Namespace) -> int:
         where = at(("journal", "directory"))
         problems.append(f"{where}: journal.directory: {config.journal_directory}: no such folder")
     if not Path(config.state_directory).is_absolute():
-        problems.append(f"{at(('state_directory',))}: state_directory: must be an absolute path, got "
-                        f"{config.state_directory!r} (a unit runs in /, which is read-only)")
+        problems.append(
+            f"{at(('state_directory',))}: state_directory: must be an absolute path, got "
+            f"{config.state_directory!r} (a unit runs in /, which is read-only)"
+        )
     if problems:
         for problem in problems:
             print(problem, file=sys.stderr)
@@ -371,14 +374,20 @@ def check_config(args: argparse.Namespace) -> int:
     print(f"{name}: OK")
     print(f"  units:         {', '.join(f'{r.pattern} ({r.role})' for r in config.units)}")
     print(f"  listen:        {config.listen} (/metrics, /diagnoses, /units/<unit>, /runbook/<signature>)")
-    print(f"  crash loop:    {t.startup_crashes} crashes before ready in a row, or {t.runtime_crashes} within "
-          f"{t.runtime_window:g} s; recovered after {t.recovery:g} s up")
+    print(
+        f"  crash loop:    {t.startup_crashes} crashes before ready in a row, or {t.runtime_crashes} within "
+        f"{t.runtime_window:g} s; recovered after {t.recovery:g} s up"
+    )
     print(f"  signatures:    {len(library) if library is not None else 0} from {', '.join(sources)}")
     print(f"  state:         {config.state_directory}")
-    print(f"  journal:       {config.journal_directory or 'the system journal'}; D-Bus: "
-          f"{'yes' if config.dbus else 'no (the journal alone)'}")
-    print(f"  alerts:        {f'pushed to {am.url} every {am.resend_interval:g} s' if am.url else 'not pushed'}"
-          f" (instance {config.instance})")
+    print(
+        f"  journal:       {config.journal_directory or 'the system journal'}; D-Bus: "
+        f"{'yes' if config.dbus else 'no (the journal alone)'}"
+    )
+    print(
+        f"  alerts:        {f'pushed to {am.url} every {am.resend_interval:g} s' if am.url else 'not pushed'}"
+        f" (instance {config.instance})"
+    )
     print(f"  runbook links: {links}/runbook/<signature>")
     return 0
 

@@ -446,11 +446,15 @@ class Daemon:
                 self._library_watcher.start()
         self.health.config_reloads += 1
         self.health.config_reload_ok = True
-        log(f"configuration reloaded from {self.config_path}: "
-            + (", ".join(live) + " changed" if live else "nothing that applies live changed"))
+        log(
+            f"configuration reloaded from {self.config_path}: "
+            + (", ".join(live) + " changed" if live else "nothing that applies live changed")
+        )
         for name in later:
-            log(f"{name} changed in {self.config_path}: it takes effect when crashdoc restarts "
-                f"(still {getattr(old, name)!r})")
+            log(
+                f"{name} changed in {self.config_path}: it takes effect when crashdoc restarts "
+                f"(still {getattr(old, name)!r})"
+            )
 
     def _rewatch(self, config: Config) -> None:
         """New watch rules: units no longer watched are forgotten (their metrics and alerts go), the roles of

@@ -72,8 +72,11 @@ class _Converter:
                 raise YamlError(line, "an alias refers to a collection that contains it")
             self.open.add(id(node))
             try:
-                return self._mapping(node, path) if isinstance(node, yaml.MappingNode) else [
-                    self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+                return (
+                    self._mapping(node, path)
+                    if isinstance(node, yaml.MappingNode)
+                    else [self.convert(item, (*path, i)) for i, item in enumerate(node.value)]
+                )
             finally:
                 self.open.discard(id(node))
         if node.tag == "tag:yaml.org,2002:str":

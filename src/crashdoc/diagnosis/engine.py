@@ -9,6 +9,7 @@ from pasted text). It does no I/O: outputs drain `events()` and read `units()`.
 from __future__ import annotations
 
 import dataclasses
+import io
 import pickle
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
@@ -30,6 +31,31 @@ MAX_FILE_CHANGES = 20
 SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
 SNAPSHOT_VERSION = f"crashdoc-engine-1/{__version__}"
 QUIET_SECONDS = 1.0  # a process with an unfinished traceback that stays quiet this long is done
+
+
+class _SnapshotUnpickler(pickle.Unpickler):
+    """Rebuilds only crashdoc's own data classes and a few containers: a state file someone
+    else wrote can fail to load, but cannot make crashdoc run code."""
+
+    _CONTAINERS = frozenset(
+        {
+            ("collections", "Counter"),
+            ("collections", "OrderedDict"),
+            ("collections", "deque"),
+            ("builtins", "set"),
+            ("builtins", "frozenset"),
+        }
+    )
+    _DATA_MODULES = ("crashdoc.events", "crashdoc.diagnosis.", "crashdoc.assembly.", "crashdoc.matching.matcher")
+
+    def find_class(self, module: str, name: str) -> type:
+        if (module, name) in self._CONTAINERS:
+            return super().find_class(module, name)
+        if "." not in name and module.startswith(self._DATA_MODULES):
+            found = super().find_class(module, name)
+            if isinstance(found, type) and found.__module__ == module:
+                return found
+        raise pickle.UnpicklingError(f"{module}.{name} is not part of a crashdoc snapshot")
 
 
 @dataclass(slots=True)
@@ -303,7 +329,7 @@ class Engine:
     def restore(self, blob: bytes) -> None:
         """Load a snapshot made by `snapshot` (of this crashdoc version); raises ValueError otherwise."""
         try:
-            state = pickle.loads(blob)
+            state = _SnapshotUnpickler(io.BytesIO(blob)).load()
         except Exception as exc:
             raise ValueError(f"unreadable snapshot: {type(exc).__name__}: {exc}") from exc
         if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:

@@ -84,7 +84,8 @@ def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | Non
     """The finding that best explains why this run died (None when nothing says)."""
     teardown = next((m.timestamp for m in inv.markers if m.kind == "kill-tree" and m.timestamp), None)
     candidates = [
-        tb for tb in inv.tracebacks
+        tb
+        for tb in inv.tracebacks
         if not is_consequence(tb) and (teardown is None or not tb.timestamp or tb.timestamp <= teardown)
     ]
     if not candidates and not inv.oom_killed:

@@ -229,8 +229,10 @@ def _compile_problem(pattern: str) -> str | None:
             hint = " (RE2 has no back-references)"
         return f"{exc}{hint}"
     if compiled.programsize > MAX_PROGRAM_SIZE:
-        return (f"too complex to run on every log line (RE2 program size {compiled.programsize}, at most "
-                f"{MAX_PROGRAM_SIZE}): use fewer or smaller counted repetitions")
+        return (
+            f"too complex to run on every log line (RE2 program size {compiled.programsize}, at most "
+            f"{MAX_PROGRAM_SIZE}): use fewer or smaller counted repetitions"
+        )
     return None
 
 

@@ -361,9 +361,11 @@ class _Rebuilder:
         if isinstance(node, ast.Constant):
             if isinstance(node.value, str):
                 return [node.value]
-            return [str(node.value)] if isinstance(node.value, int | float) and not isinstance(node.value, bool) else [
-                Hole(_source(node))
-            ]
+            return (
+                [str(node.value)]
+                if isinstance(node.value, int | float) and not isinstance(node.value, bool)
+                else [Hole(_source(node))]
+            )
         if isinstance(node, ast.JoinedStr):
             parts: list[Part] = []
             for value in node.values:
@@ -388,9 +390,11 @@ class _Rebuilder:
         spec = ""
         if value.format_spec is not None:
             spec_parts = self.template(value.format_spec, scopes, depth + 1)
-            spec = "".join(p for p in spec_parts if isinstance(p, str)) if all(
-                isinstance(p, str) for p in spec_parts
-            ) else ""
+            spec = (
+                "".join(p for p in spec_parts if isinstance(p, str))
+                if all(isinstance(p, str) for p in spec_parts)
+                else ""
+            )
         inner = value.value
         if isinstance(inner, ast.Constant) and isinstance(inner.value, str) and not spec and value.conversion == -1:
             return [inner.value]
@@ -410,8 +414,11 @@ class _Rebuilder:
         values: list[ast.AST] = list(right.elts) if isinstance(right, ast.Tuple) else [right]
         keyed: dict[str, ast.AST] = {}
         if isinstance(right, ast.Dict):
-            keyed = {k.value: v for k, v in zip(right.keys, right.values, strict=True)
-                     if isinstance(k, ast.Constant) and isinstance(k.value, str)}
+            keyed = {
+                k.value: v
+                for k, v in zip(right.keys, right.values, strict=True)
+                if isinstance(k, ast.Constant) and isinstance(k.value, str)
+            }
         parts: list[Part] = []
         pos = 0
         index = 0
@@ -633,8 +640,8 @@ class _Imports:
                     self.names[alias.asname or alias.name] = f"{base}.{alias.name}"
             elif isinstance(stmt, ast.Import):
                 for alias in stmt.names:
-                    self.names[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else (
-                        alias.name.split(".")[0]
+                    self.names[alias.asname or alias.name.split(".")[0]] = (
+                        alias.name if alias.asname else (alias.name.split(".")[0])
                     )
 
     def printed(self, written: str) -> str:
@@ -718,9 +725,7 @@ def _starts(lines: list[str], indent: str, first: int, last: int) -> list[int]:
     counted between matches.
     """
     text = "\n" + "\n".join(lines[first:last])
-    pattern = re.compile(
-        "\n" + re.escape(indent) + r"(?=[^\s#)\]}])(?!(?:else|elif|except|finally)\b)(@?)"
-    )
+    pattern = re.compile("\n" + re.escape(indent) + r"(?=[^\s#)\]}])(?!(?:else|elif|except|finally)\b)(@?)")
     starts: list[int] = []
     line, pos = first - 1, 0
     after_decorator = False
@@ -759,10 +764,12 @@ def _stub(line: str, lineno: int) -> ast.stmt | None:
     if m is None:
         return None
     if m.group(1):
-        args = ast.arguments(posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None,
-                             defaults=[])
-        node: ast.stmt = ast.FunctionDef(name=m.group(1), args=args, body=[], decorator_list=[], returns=None,
-                                         type_comment=None)
+        args = ast.arguments(
+            posonlyargs=[], args=[], vararg=None, kwonlyargs=[], kw_defaults=[], kwarg=None, defaults=[]
+        )
+        node: ast.stmt = ast.FunctionDef(
+            name=m.group(1), args=args, body=[], decorator_list=[], returns=None, type_comment=None
+        )
     else:
         node = ast.ClassDef(name=m.group(2), bases=[], keywords=[], body=[], decorator_list=[])
     node.lineno = lineno + 1
@@ -1003,9 +1010,7 @@ def _statement(
     if template.gaps:
         result.failures.append(Failure(result.path, stmt.lineno, "; ".join(template.gaps), True, True))
     code = lines[stmt.lineno - 1].strip() if 0 < stmt.lineno <= len(lines) else kind
-    result.statements.append(
-        Statement(result.path, stmt.lineno, function, kind, written, printed, template, code)
-    )
+    result.statements.append(Statement(result.path, stmt.lineno, function, kind, written, printed, template, code))
 
 
 @contextmanager
@@ -1034,8 +1039,36 @@ _NUMBER_WORDS: tuple[tuple[frozenset[str], int | float], ...] = (
     (frozenset({"ratio", "factor", "scale", "multiplier"}), 2.0),
     (frozenset({"timeout", "seconds", "secs", "interval", "sec"}), 30),
     (frozenset({"page", "block", "chunk", "bs", "batch"}), 64),
-    (frozenset({"size", "num", "count", "len", "length", "tokens", "layers", "heads", "dim", "world", "max", "min",
-                "total", "capacity", "limit", "step", "steps", "n", "width", "depth", "bits", "gb", "mb"}), 8),
+    (
+        frozenset(
+            {
+                "size",
+                "num",
+                "count",
+                "len",
+                "length",
+                "tokens",
+                "layers",
+                "heads",
+                "dim",
+                "world",
+                "max",
+                "min",
+                "total",
+                "capacity",
+                "limit",
+                "step",
+                "steps",
+                "n",
+                "width",
+                "depth",
+                "bits",
+                "gb",
+                "mb",
+            }
+        ),
+        8,
+    ),
 )
 _STRING_WORDS: tuple[tuple[frozenset[str], str], ...] = (
     (frozenset({"dtype"}), "bfloat16"),
@@ -1311,8 +1344,9 @@ class SourceTree:
                 [(_, text)] = list(self.read_many([name]))
             except (OSError, KeyError):
                 continue
-            m = re.search(r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""",
-                          text, re.M)
+            m = re.search(
+                r"""^(?:__version__|version)\s*(?::\s*str\s*)?=\s*(?:version\s*=\s*)?['"]([^'"]+)['"]""", text, re.M
+            )
             if m:
                 return m.group(1)
         return ""
@@ -1463,8 +1497,11 @@ class _Dumper(getattr(yaml, "CSafeDumper", yaml.SafeDumper)):  # type: ignore[mi
 
 
 def _str_representer(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
-    if "\n" in value and not any(ch in value for ch in "\r\x85\u2028\u2029") and value == value.rstrip(" ") and (
-        not any(line != line.rstrip() for line in value.split("\n"))
+    if (
+        "\n" in value
+        and not any(ch in value for ch in "\r\x85\u2028\u2029")
+        and value == value.rstrip(" ")
+        and (not any(line != line.rstrip() for line in value.split("\n")))
     ):
         return dumper.represent_scalar("tag:yaml.org,2002:str", value, style="|")
     return dumper.represent_scalar("tag:yaml.org,2002:str", value)
@@ -1641,8 +1678,10 @@ def report_text(report: MineReport) -> str:
         lines.append(f"examples that do not match their own pattern: {len(problems)}")
     pct = f"{100 * matched / total:.1f}%" if total else "-"
     lines.append("")
-    lines.append(f"coverage by the library ({', '.join(report.library) or 'built-in'}): {matched} of {total} matched "
-                 f"({pct}), {total - matched} not matched")
+    lines.append(
+        f"coverage by the library ({', '.join(report.library) or 'built-in'}): {matched} of {total} matched "
+        f"({pct}), {total - matched} not matched"
+    )
     lines.append(f"  {'category':<18} {'mined':>6} {'matched':>8} {'unmatched':>10}")
     for category, (n, m) in report.by_category().items():
         lines.append(f"  {category:<18} {n:>6} {m:>8} {n - m:>10}")

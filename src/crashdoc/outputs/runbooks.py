@@ -89,8 +89,9 @@ def runbook_markdown(sig: Signature, source: str = "") -> str:
         ("flags", ", ".join(_code(f) for f in sig.flags) or "none"),
     ]
     if sig.sglang or sig.source:
-        where = " ".join(p for p in (f"SGLang {sig.sglang}" if sig.sglang else "", _code(sig.source) if sig.source
-                                     else "") if p)
+        where = " ".join(
+            p for p in (f"SGLang {sig.sglang}" if sig.sglang else "", _code(sig.source) if sig.source else "") if p
+        )
         rows.append(("raised in", where))
     if sig.safety:
         rows.append(("safety check", _code(sig.safety)))

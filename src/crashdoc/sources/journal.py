@@ -489,7 +489,8 @@ def unreadable_journal_files(directory: str | None = None, files: Sequence[str] 
         root = os.path.abspath(directory)
         files = sorted(
             os.path.join(folder, name)
-            for folder in (root, *(e.path for e in os.scandir(root) if e.is_dir())) if os.path.isdir(folder)
+            for folder in (root, *(e.path for e in os.scandir(root) if e.is_dir()))
+            if os.path.isdir(folder)
             for name in os.listdir(folder)
             if name.endswith((".journal", ".journal~"))
         )

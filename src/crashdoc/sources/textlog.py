@@ -125,8 +125,12 @@ def read_sources(paths: Iterable[str], stdin_text: str | None = None) -> Iterato
         yield path, data.decode("utf-8", "replace")
 
 
-_COMPRESSED = ((b"\x1f\x8b", "gzip", "zcat"), (b"\xfd7zXZ\x00", "xz", "xzcat"), (b"(\xb5/\xfd", "zstd", "zstdcat"),
-               (b"BZh", "bzip2", "bzcat"))
+_COMPRESSED = (
+    (b"\x1f\x8b", "gzip", "zcat"),
+    (b"\xfd7zXZ\x00", "xz", "xzcat"),
+    (b"(\xb5/\xfd", "zstd", "zstdcat"),
+    (b"BZh", "bzip2", "bzcat"),
+)
 
 
 def not_text(data: bytes, path: str) -> str | None:
