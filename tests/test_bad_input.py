@@ -232,3 +232,18 @@ def test_the_daemon_starts_at_the_journal_end_after_a_damaged_state_file(tmp_pat
     finally:
         os.killpg(proc.pid, signal.SIGTERM)
         assert proc.wait(30) == 0
+
+
+def test_an_unknown_error_naming_a_secret_flag_shows_its_value_redacted(tmp_path: Path) -> None:
+    key = "sk-abcdefabcdefabcdef12"
+    log = tmp_path / "crash.log"
+    log.write_text(
+        f"[2026-05-01 12:00:01] server_args=ServerArgs(model_path='m', api_key='{key}', enable_metrics=True)\n"
+        "[2026-05-01 12:00:02] Traceback (most recent call last):\n"
+        '  File "/x/sglang/srt/server_args.py", line 9, in _handle_auth\n'
+        "ValueError: --api-key cannot be combined with --enable-metrics.\n"
+    )
+    for args in (("--json",), ()):
+        r = crashdoc("explain", str(log), *args)
+        assert r.returncode == 0 and key not in r.stdout and key[:8] not in r.stdout
+        assert "This run has --api-key <redacted>" in r.stdout and "--enable-metrics" in r.stdout

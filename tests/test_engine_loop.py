@@ -344,3 +344,43 @@ def test_a_snapshot_round_trips_and_one_written_by_someone_else_cannot_run_code(
         copy.restore(hostile)
     assert not marker.exists()
     assert copy.units()[UNIT].crashloop, "a rejected snapshot leaves the engine as it was"
+
+
+def test_an_unknown_validation_error_points_at_the_flags_it_names_and_how_the_run_set_them() -> None:
+    """No signature knows it, but SGLang's checks name their flags: the diagnosis lists them (aliases
+    resolved) with the crashed run's values, secrets redacted when shown."""
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.line(
+            "[2026-05-01 12:00:01] server_args=ServerArgs(model_path='m', tp_size=4, frobnicate_size=7, "
+            "enable_frobnication=False, api_key='sk-abcdefabcdefabcdef12')"
+        )
+        h.crash(
+            [
+                "[2026-05-01 12:00:02] Traceback (most recent call last):",
+                '  File "/x/sglang/srt/server_args.py", line 6123, in _handle_frobnication',
+                "    raise ValueError(",
+                "ValueError: --frobnicate-size 7 requires --enable-frobnication and --tp 8 (or SGLANG_FROB=1).",
+                "",
+            ]
+        )
+    [d] = h.engine.diagnoses()
+    assert d.signature is None and d.category == "flag-conflict"
+    assert d.flags == ["--frobnicate-size", "--enable-frobnication", "--tp-size", "SGLANG_FROB"]
+    assert d.fix.summary.startswith(
+        "The error names --frobnicate-size, --enable-frobnication, --tp-size, SGLANG_FROB: the setting to change "
+        "is most likely among them. No signature knows this error yet."
+    )
+    assert d.fix.summary.endswith("This run has --frobnicate-size 7, no --enable-frobnication, --tp-size 4")
+    assert d.fix.changes == [], "crashdoc does not guess a change it cannot justify"
+
+
+def test_an_unknown_error_naming_no_flag_says_so_plainly() -> None:
+    h = Host()
+    h.start()
+    h.crash(["Traceback (most recent call last):", '  File "/x/y.py", line 1, in f', "KeyError: 'layers.0.w'", ""])
+    h.start()
+    h.crash(["Traceback (most recent call last):", '  File "/x/y.py", line 1, in f', "KeyError: 'layers.0.w'", ""])
+    [d] = h.engine.diagnoses()
+    assert d.flags == [] and d.fix.summary.startswith("No signature knows this error yet.")

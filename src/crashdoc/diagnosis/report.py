@@ -8,11 +8,12 @@ and a stable fingerprint.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from crashdoc.diagnosis.configchange import ConfigChange
-from crashdoc.diagnosis.flagnames import canonical_flags
+from crashdoc.diagnosis.flagnames import canonical, canonical_flags
 from crashdoc.diagnosis.invocation import Invocation
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
@@ -21,6 +22,10 @@ from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import render, render_text
 
 MAX_MESSAGE_CHARS = 4000
+MAX_NAMED_FLAGS = 6
+_FLAG_NAME = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+_ENV_NAME = re.compile(r"\bSGLANG_[A-Z0-9_]*[A-Z0-9]")
+_UNSET = ("", "None", "False", "false", "[]", "{}")
 
 FixSynthesizer = Callable[["UnitContext", list[FlagChange], Fix], None]
 FlagReader = Callable[[tuple[str, ...]], dict[str, str]]
@@ -72,8 +77,8 @@ class DiagnosisBuilder:
             title = _unknown_title(finding)
             category = finding.category_guess
             severity = "critical" if finding.kind != "line" else "warning"
-            flags = []
-            fix = Fix(summary=_unknown_advice(finding))
+            flags = named_flags(finding.message) if finding.kind != "exit" else []
+            fix = Fix(summary=_unknown_advice(finding, flags, ctx.facts.flags))
         inv = ctx.invocation
         evidence = list(finding.evidence)
         if ctx.config_change is not None:
@@ -162,14 +167,41 @@ def _unknown_title(finding: Finding) -> str:
     return (first[:117] + "...") if len(first) > 120 else first
 
 
-def _unknown_advice(finding: Finding) -> str:
+def named_flags(message: str) -> list[str]:
+    """The flags and SGLANG_ variables an error message names (canonical, in order): SGLang's
+    validation errors name the flag to change, so an unknown one still points at its levers."""
+    found = [canonical(m) for m in _FLAG_NAME.findall(message)] + _ENV_NAME.findall(message)
+    return list(dict.fromkeys(found))[:MAX_NAMED_FLAGS]
+
+
+def _this_run(flags: list[str], current: Mapping[str, str]) -> str:
+    """How the run that crashed set the named flags, written as on a command line (so redaction sees them)."""
+    said = []
+    for flag in flags:
+        if not flag.startswith("--"):
+            continue
+        value = current.get(flag)
+        if value is None or value in _UNSET:
+            said.append(f"no {flag}")
+        else:
+            said.append(f"{flag} {value}" if value not in ("True", "true") else flag)
+    return f" This run has {', '.join(said)}" if said and current else ""  # no period: a redacted value eats it
+
+
+def _unknown_advice(finding: Finding, flags: list[str] | None = None, current: Mapping[str, str] | None = None) -> str:
     if finding.kind == "exit":
         return (
             "No signature knows this exit. If it was SIGKILL without a traceback, check the kernel OOM killer "
             "(`dmesg -T | grep -i oom`) and the unit's MemoryMax=; a core dump points at a native crash "
             "(`coredumpctl info`)."
         )
-    return (
+    known = (
         "No signature knows this error yet. The root-cause line and fingerprint identify it across restarts; "
         "`crashdoc signatures mine` and the runbook template help to add one."
+    )
+    if not flags:
+        return known
+    return (
+        f"The error names {', '.join(flags)}: the setting to change is most likely among them. {known}"
+        f"{_this_run(flags, current or {})}"
     )
