@@ -83,8 +83,7 @@ class DiagnosisBuilder:
         evidence = list(finding.evidence)
         if ctx.config_change is not None:
             evidence.insert(0, ctx.config_change.summary())
-        if ctx.n_restarts is not None:
-            evidence.append(f"systemd restarted the unit {ctx.n_restarts} time(s) (NRestarts)")
+        # systemd's restart count is `restarts`, kept current; a copy here would go stale as the loop goes on
         if crashes > 1:
             evidence.append(f"{crashes} crashes in this loop share this root cause (confidence {confidence:.2f})")
         return Diagnosis(
@@ -117,8 +116,6 @@ class DiagnosisBuilder:
         inv = ctx.invocation
         exit_text = inv.exit_text() if inv is not None else None
         evidence = [f"main process {exit_text}"] if exit_text else []
-        if ctx.n_restarts is not None:
-            evidence.append(f"systemd restarted the unit {ctx.n_restarts} time(s) (NRestarts)")
         return Diagnosis(
             unit=unit,
             signature=None,
