@@ -23,6 +23,7 @@ SECRET = "s3cr3t-Value_9"
         (f"--admin-api-key={SECRET} --port 30000", "--admin-api-key=<redacted> --port 30000"),
         (f"--api-key '{SECRET} with spaces' --tp 4", "--api-key '<redacted>' --tp 4"),
         (f'--api-key="{SECRET}" --tp 4', '--api-key="<redacted>" --tp 4'),
+        ("--api-key=has --api-key hunter2 has", "--api-key=<redacted> --api-key <redacted> has"),
         (f"    --api-key \\\n    {SECRET} \\\n", "    --api-key \\\n    <redacted> \\\n"),
         (f"--hf-token {SECRET}", "--hf-token <redacted>"),
         (
@@ -86,6 +87,9 @@ def test_secrets_are_masked(text: str, expected: str) -> None:
         "--api-key --port 30000",
         'api_key=None, admin_api_key=""',
         '--api-key "$API_KEY" --hf-token ${HF_TOKEN}',
+        # SGLang's own errors about secret flags: the word after the name is prose, not a value
+        "ValueError: --ssl-keyfile-password has no effect without --ssl-certfile and --ssl-keyfile.",
+        "--ssl-ca-certs or --ssl-keyfile-password without --ssl-certfile and --ssl-keyfile",
     ],
 )
 def test_non_secrets_stay_readable(text: str) -> None:

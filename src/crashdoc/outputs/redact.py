@@ -43,6 +43,17 @@ NON_SECRET_PREFIXES: tuple[str, ...] = ("hicache", "kv")
 # Values that are no secret and say something useful when shown: unset, or a reference to a variable.
 _KEEP_VALUE = re.compile(r"""(?:None|null|nil|true|false|''|""|<redacted>|["']?\$(?:\w+|\{\w+\})["']?)\Z""", re.I)
 
+# Words that follow a secret flag's name in prose (SGLang's own errors: "--ssl-keyfile-password has no effect
+# without ..."), never its value: keeping them keeps the error readable. Only for `--flag word` in text;
+# `--flag=word` and argv are always masked.
+_PROSE_WORDS: frozenset[str] = frozenset(
+    {
+        "has", "have", "is", "are", "was", "were", "must", "requires", "require", "needs", "need", "cannot",
+        "can", "should", "will", "and", "or", "with", "without", "only", "not", "to", "of", "in", "for", "when",
+        "if", "but", "which", "that", "flag", "option", "value", "given", "set", "also",
+    }
+)  # fmt: skip
+
 # A value: quoted (possibly unterminated when a line was cut), or a bare word.
 _QUOTED = r"""'[^'\n]*'?|"(?:[^"\\\n]|\\.)*"?"""
 
@@ -198,6 +209,8 @@ class Redactor:
             flag_sep = sep.replace("\\\n", "").replace("\\\r\n", "").strip(" \t") in ("", "=")
             if name.startswith("-") and not m["q"] and flag_sep:
                 value = self._flag_value.match(text, m.end())
+                if value is not None and "=" not in sep and value[0].rstrip(".,;:") in _PROSE_WORDS:
+                    continue
             elif ":" in sep or "=" in sep:
                 value = self._assign_value.match(text, m.end())
             else:
