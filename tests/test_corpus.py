@@ -11,7 +11,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -19,14 +18,7 @@ import pytest
 
 from crashdoc.cli import main
 from crashdoc.matching.library import builtin_signature_dirs, load_library
-
-
-def corpus_dir() -> Path:
-    override = os.environ.get("CRASHDOC_CORPUS")
-    if override:
-        return Path(override)
-    return Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
-
+from realcorpus import corpus_dir
 
 CORPUS = corpus_dir()
 LABELS = CORPUS / "labels.jsonl"

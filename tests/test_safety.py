@@ -22,11 +22,12 @@ from crashdoc.diagnosis.safety import (
     safety_warnings,
 )
 from crashdoc.events import FlagChange, LogLine
+from realcorpus import corpus_dir
 
 FIXTURES = Path(__file__).parent / "fixtures"
 TWO_NODES = FIXTURES / "sysfs" / "two-nodes"
 NO_NUMA = FIXTURES / "sysfs" / "no-numa"
-REAL = Path(__file__).resolve().parents[2] / "shared" / "corpus" / "real"
+REAL = corpus_dir()
 KB = 1024
 
 
@@ -139,7 +140,7 @@ def test_hicache_host_lines() -> None:
     assert host_memory_refusal(POOL_40G) is None
 
 
-@pytest.mark.skipif(not REAL.is_dir(), reason="the real log corpus (../shared/corpus/real) is absent")
+@pytest.mark.skipif(not REAL.is_dir(), reason=f"the real log corpus is absent ({REAL}; set CRASHDOC_CORPUS)")
 def test_real_logs_of_healthy_servers() -> None:
     """Every real log that logged a KV pool yields it, with one entry per TP rank it printed."""
     found = 0
