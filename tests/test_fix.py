@@ -446,6 +446,123 @@ def test_drop_in_gives_systemd_the_same_argv(sandbox_factory, sandbox_workdir: P
     assert json.loads(out.read_text()) == ["--api-key", "k", *WEIRD_ARGS, "--tail"]
 
 
+# --- environment variables ---------------------------------------------------------------------------
+
+
+@needs_sed
+@pytest.mark.parametrize(
+    ("change", "before", "after"),
+    [
+        (  # an export the script already has is edited where it is
+            FlagChange("set", "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT", "1800"),
+            "export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600\n",
+            "export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=1800\n",
+        ),
+        (
+            FlagChange("remove", "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"),
+            "export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600\n",
+            "",
+        ),
+        (  # a new one goes on its own line just before the command, quoted for the shell
+            FlagChange("set", "SGLANG_WARMUP_TIMEOUT", "18 00"),
+            "\nexec numactl",
+            "\nexport SGLANG_WARMUP_TIMEOUT='18 00'\nexec numactl",
+        ),
+        (  # one the unit may set elsewhere (Environment=, EnvironmentFile=) is unset before the command
+            FlagChange("remove", "SGLANG_USE_HND_KVCACHE"),
+            "\nexec numactl",
+            "\nunset SGLANG_USE_HND_KVCACHE\nexec numactl",
+        ),
+    ],
+)
+def test_environment_changes_edit_the_launch_script(
+    tmp_path: Path, change: FlagChange, before: str, after: str
+) -> None:
+    """An `SGLANG_*` change is a variable for SGLang's process, never a `--flag` on its command line."""
+    path = script(tmp_path, "prefill.sh")
+    original = path.read_text()
+    fix = synthesize_fix(UNIT, ("/bin/bash", str(path)), [change, HICACHE], "x")
+    expected = original.replace(before, after, 1).replace("--hicache-size 150", "--hicache-ratio 2.0")
+    assert f"--{change.flag}" not in fix.command and fix.warnings == []
+    run_file_steps(fix)
+    assert path.read_text() == expected
+    subprocess.run(["bash", "-n", str(path)], check=True)
+    run_file_steps(fix.rollback)
+    assert path.read_text() == original
+
+
+def test_environment_changes_for_a_direct_exec_start_are_a_drop_in() -> None:
+    argv = ["/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "m"]
+    changes = [FlagChange("set", "SGLANG_WARMUP_TIMEOUT", "1800"), FlagChange("remove", "SGLANG_USE_HND_KVCACHE")]
+    fix = synthesize_fix(UNIT, argv, changes, "x", read=no_file)
+    assert fix.command == "/opt/venv/bin/python -m sglang.launch_server --model-path m", "the command is unchanged"
+    conf = f"/etc/systemd/system/{UNIT}.d/crashdoc-fix.conf"
+    content = (
+        f"# Written by crashdoc for {UNIT}: SGLANG_WARMUP_TIMEOUT=1800; unset SGLANG_USE_HND_KVCACHE\n"
+        f"# To undo: remove this file, then systemctl daemon-reload && systemctl restart {UNIT}\n"
+        "[Service]\n"
+        "Environment=SGLANG_WARMUP_TIMEOUT=1800\n"
+        "UnsetEnvironment=SGLANG_USE_HND_KVCACHE\n"
+    )
+    assert fix.apply[1] == f"cat > {conf} <<'CRASHDOC_EOF'\n{content}CRASHDOC_EOF"
+    # with a flag change too, the same drop-in also overrides ExecStart
+    fix = synthesize_fix(UNIT, [*argv, "--hicache-size", "1"], [*changes, HICACHE], "x", read=no_file)
+    assert (
+        "Environment=SGLANG_WARMUP_TIMEOUT=1800\nUnsetEnvironment=SGLANG_USE_HND_KVCACHE\nExecStart=\n"
+        in (fix.apply[1])
+    )
+
+
+@pytest.mark.parametrize("head", ["exec /usr/bin/env ", ""])
+def test_a_variable_assigned_on_the_command_itself_is_edited_there(tmp_path: Path, head: str) -> None:
+    """`NAME=x python ...` and `env NAME=x` win over the unit's environment: the assignment word changes."""
+    path = tmp_path / "prefill.sh"
+    path.write_text(f"#!/bin/bash\n{head}SGLANG_WARMUP_TIMEOUT=60 python -m sglang.launch_server --tp 2\n")
+    set_ = FlagChange("set", "SGLANG_WARMUP_TIMEOUT", "1800")
+    fix = synthesize_fix(UNIT, ("/bin/bash", str(path)), [set_], "x")
+    assert fix.command == f"{head}SGLANG_WARMUP_TIMEOUT=1800 python -m sglang.launch_server --tp 2"
+    assert "export" not in fix.diff and fix.warnings == []
+    fix = synthesize_fix(UNIT, ("/bin/bash", str(path)), [FlagChange("remove", "SGLANG_WARMUP_TIMEOUT")], "x")
+    assert fix.command == f"{head}python -m sglang.launch_server --tp 2"
+    assert "unset" not in fix.diff and fix.warnings == []
+
+
+@pytest.mark.sandbox
+def test_a_drop_in_environment_reaches_the_process(sandbox_factory, sandbox_workdir: Path) -> None:
+    """systemd itself reads the Environment=/UnsetEnvironment= lines crashdoc writes: the value reaches
+    SGLang's process with spaces, quotes, `%`, `$` and backslashes intact."""
+    out = sandbox_workdir / "env.json"
+    fake = sandbox_workdir / "sglang"
+    fake.mkdir()
+    (fake / "__init__.py").write_text("")
+    (fake / "launch_server.py").write_text(
+        f"import json, os\nopen({str(out)!r}, 'w').write(json.dumps("
+        "[os.environ.get('SGLANG_T'), os.environ.get('SGLANG_GONE')]))\n"
+    )
+    python = shutil.which("python3") or "/usr/bin/python3"
+    argv = [python, "-m", "sglang.launch_server", "--model-path", "m"]
+    unit = (
+        f"[Service]\nType=oneshot\nEnvironment=PYTHONPATH={sandbox_workdir}\nEnvironment=SGLANG_GONE=1\n"
+        f"{exec_start_line(argv)}\n"
+    )
+    sb = sandbox_factory({"env.service": unit}, workdir=sandbox_workdir, start_units=[])
+    weird = 'a b "q" it\'s 50% $HOME \\ end'
+    inv = parse_argv(argv)
+    assert inv is not None
+    changes = [FlagChange("set", "SGLANG_T", weird), FlagChange("remove", "SGLANG_GONE")]
+    plan = plan_fix("env.service", inv, changes, read=no_file)
+    assert "ExecStart" not in plan.new_text.split("[Service]")[1], "only the environment changes"
+    conf_dir = sb.unit_dir / "env.service.d"
+    conf_dir.mkdir()
+    (conf_dir / "crashdoc-fix.conf").write_text(plan.new_text)
+    sb.systemctl("daemon-reload", check=True, timeout=60)
+    result = sb.systemctl("start", "env.service", timeout=60)
+    assert result.returncode == 0, result.stderr
+    import json
+
+    assert json.loads(out.read_text()) == [weird, None]
+
+
 # --- properties -------------------------------------------------------------------------------------
 
 FLAG_NAMES = ["--tp", "--hicache-size", "--hicache-ratio", "--cuda-graph-bs", "--api-key", "--x"]

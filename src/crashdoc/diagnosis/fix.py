@@ -56,8 +56,18 @@ def change_values(value: str | None) -> tuple[str, ...]:
     return (value,)
 
 
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
+
+
+def is_environment(name: str) -> bool:
+    """`SGLANG_WARMUP_TIMEOUT` is a process environment variable, not a command-line flag."""
+    return bool(_ENV_NAME.fullmatch(name))
+
+
 def describe(change: FlagChange) -> str:
-    """A change as a human reads it: `--hicache-size -> --hicache-ratio 2.0`."""
+    """A change as a human reads it: `--hicache-size -> --hicache-ratio 2.0`, `SGLANG_X=1`."""
+    if is_environment(change.flag):
+        return f"unset {change.flag}" if change.action == "remove" else f"{change.flag}={change.value or ''}"
     value = "" if change.value is None else f" {change.value}"
     if change.action == "replace":
         return f"{change.flag} -> {change.new_flag or change.flag}{value}"
@@ -97,6 +107,8 @@ def _normalise(flag: str) -> str:
 
 def _plan(inv: Invocation, change: FlagChange) -> tuple[list[_Op], list[str]]:
     """The word edits that make `inv` satisfy `change`, plus notes for the human."""
+    if is_environment(change.flag):
+        return _plan_environment(inv, change)
     flag = _normalise(change.flag)
     values = change_values(change.value)
     occurrences = inv.occurrences(*spellings(flag))
@@ -131,6 +143,22 @@ def _plan(inv: Invocation, change: FlagChange) -> tuple[list[_Op], list[str]]:
             f"does not set {flag}."
         )
     return ops, notes
+
+
+def _plan_environment(inv: Invocation, change: FlagChange) -> tuple[list[_Op], list[str]]:
+    """A variable assigned on SGLang's own command line (`NAME=x python ...`, `env NAME=x`) wins over the
+    unit's and the script's environment, so it is edited there; any other is left to `plan_fix`."""
+    at = next(
+        (i for i, w in enumerate(inv.words[: inv.launcher]) if w.value.startswith(change.flag + "=")),
+        None,
+    )
+    if at is None:
+        return [], []
+    if change.action == "remove":
+        return [_Delete(at, at)], []
+    if change.action == "add":
+        return [], [f"{change.flag} is already set on the command: left as it is."]
+    return [_Replace(at, (f"{change.flag}={change.value or ''}",))], []
 
 
 def _set(inv: Invocation, flag: str, values: tuple[str, ...]) -> list[_Op]:
@@ -391,6 +419,8 @@ def _verify(inv: Invocation, changes: Sequence[FlagChange]) -> list[str]:
     notes = []
     final: dict[str, tuple[str, ...] | None] = {}
     for c in changes:
+        if is_environment(c.flag):
+            continue  # variables are checked where they are written (command, script or drop-in)
         flag = _normalise(c.flag)
         if c.action == "replace":
             final[flag] = None
@@ -587,16 +617,25 @@ def plan_fix(
 ) -> FixPlan:
     """Work out the corrected command, the diff, and the apply/rollback commands. Reads (never writes) the
     existing drop-in, if any. Never raises."""
-    rw = apply_changes(inv, changes)
+    rw = apply_changes(inv, changes)  # flags, and variables assigned on SGLang's command line
+    on_command = {name for name, _ in inv.environment}
+    env_changes = [c for c in changes if is_environment(c.flag) and c.flag not in on_command]
     notes = list(rw.notes)
     if inv.container:
         notes.append(
             f"SGLang runs inside a container ({inv.container}); the fix changes the arguments the unit passes to it."
         )
+        if env_changes:
+            notes.append(
+                f"Pass {', '.join(c.flag for c in env_changes)} into the container too (`-e NAME`): "
+                "a container does not inherit the unit's environment."
+            )
     secrets = _secret_values(inv)
     if inv.where in (Where.SCRIPT, Where.SCRIPT_SHELL):
         command = _script_command(rw.after)
-        path, old_text, new_text = inv.path, inv.file_text, rw.file_text
+        path, old_text = inv.path, inv.file_text
+        new_text, env_notes = _script_environment(rw.after, env_changes)
+        notes += env_notes
         diff = unified_diff(old_text, new_text, path, path)
         apply, rollback = _script_commands(unit, path, old_text, new_text)
     else:
@@ -606,16 +645,23 @@ def plan_fix(
             old_text = read(path)
         except (OSError, UnicodeError, ValueError):
             old_text = ""
-        new_text = _drop_in(unit, rw.exec_start, changes, rw.after.args) if rw.changed else old_text
+        if rw.changed or env_changes:
+            exec_start = rw.exec_start if rw.changed else None
+            new_text = _drop_in(unit, exec_start, changes, rw.after.args, env_changes)
+        else:
+            new_text = old_text
         diff = unified_diff(old_text, new_text, path if old_text else "/dev/null", path)
         apply, rollback = _drop_in_commands(unit, path, old_text, new_text)
         later = sorted(p for p in drop_in_paths if p.rsplit("/", 1)[-1] > DROP_IN_NAME and p != path)
         if later:
+            settings = " or ".join(
+                key for key, used in (("ExecStart=", rw.changed), ("Environment=", env_changes)) if used
+            )
             notes.append(
                 f"{', '.join(later)} {'is' if len(later) == 1 else 'are'} read after {DROP_IN_NAME}: "
-                f"an ExecStart= there overrides this fix."
+                f"an {settings or 'ExecStart='} there overrides this fix."
             )
-    if not rw.changed:
+    if old_text == new_text:
         diff, apply, rollback = "", (), ()
         notes.append("The command already satisfies these changes: nothing to edit.")
     if inv.where is Where.SCRIPT_SHELL and rw.changed and not _plain_quote(inv.file_text[slice(*inv.outer)], inv.text):
@@ -696,15 +742,69 @@ def _script_commands(unit: str, path: str, old: str, new: str) -> tuple[list[str
     return apply, rollback
 
 
-def _drop_in(unit: str, argv: Sequence[str], changes: Sequence[FlagChange], args: int) -> str:
+def _drop_in(
+    unit: str,
+    argv: Sequence[str] | None,
+    changes: Sequence[FlagChange],
+    args: int,
+    env_changes: Sequence[FlagChange] = (),
+) -> str:
+    """The override: the unit's environment changes (systemd passes them to whatever ExecStart runs) and,
+    when flags change, a new ExecStart."""
     what = "; ".join(describe(c) for c in changes)
-    return (
-        f"# Written by crashdoc for {unit}: {what}\n"
-        f"# To undo: remove this file, then systemctl daemon-reload && systemctl restart {unit}\n"
-        "[Service]\n"
-        "ExecStart=\n"
-        f"{exec_start_line(argv, break_from=args)}\n"
-    )
+    lines = [
+        f"# Written by crashdoc for {unit}: {what}",
+        f"# To undo: remove this file, then systemctl daemon-reload && systemctl restart {unit}",
+        "[Service]",
+    ]
+    for c in env_changes:
+        if c.action == "remove":
+            lines.append(f"UnsetEnvironment={c.flag}")
+        else:
+            assignment = f"{c.flag}={c.value or ''}"
+            lines.append(f"Environment={systemd_quote(assignment)}")
+    if argv is not None:
+        lines += ["ExecStart=", exec_start_line(argv, break_from=args)]
+    return "\n".join(lines) + "\n"
+
+
+def _script_environment(inv: Invocation, env_changes: Sequence[FlagChange]) -> tuple[str, list[str]]:
+    """The script with its environment changed: an existing `export NAME=...` line before the command is
+    edited (or deleted), else `export NAME=value` / `unset NAME` goes on a line of its own just before it."""
+    text = inv.file_text
+    notes: list[str] = []
+    for c in env_changes:
+        start = _command_line_start(inv, text)
+        assigned = None
+        for m in re.finditer(rf"(?m)^([ \t]*)((?:export[ \t]+)?){re.escape(c.flag)}=.*\n?", text[:start]):
+            assigned = m
+        indent = re.match(r"[ \t]*", text[start:])
+        pad = indent[0] if indent else ""
+        if c.action == "remove":
+            if assigned is not None:
+                text = text[: assigned.start()] + text[assigned.end() :]
+            else:
+                text = text[:start] + f"{pad}unset {c.flag}\n" + text[start:]
+            continue
+        value = shlex.quote(c.value or "")
+        if assigned is not None:
+            if c.action == "add":
+                notes.append(f"{c.flag} is already set in {inv.path}: left as it is.")
+                continue
+            line = f"{assigned[1]}{assigned[2] or 'export '}{c.flag}={value}\n"
+            text = text[: assigned.start()] + line + text[assigned.end() :]
+        else:
+            text = text[:start] + f"{pad}export {c.flag}={value}\n" + text[start:]
+    return text, notes
+
+
+def _command_line_start(inv: Invocation, file_text: str) -> int:
+    """Where the line that starts SGLang's command begins in the script (for SCRIPT_SHELL, the line of the
+    `sh -c` string)."""
+    # SCRIPT: `text` is the whole script, so the first word's offset is one in the file
+    first_word = inv.words[0].start if inv.words else 0
+    at = inv.outer[0] if inv.where is Where.SCRIPT_SHELL else first_word
+    return file_text.rfind("\n", 0, at) + 1
 
 
 def _drop_in_commands(unit: str, path: str, old: str, new: str) -> tuple[list[str], list[str]]:
