@@ -66,6 +66,27 @@ def test_good_edit_broken_edit_and_deleted_file(tmp_path: Path) -> None:
     assert matches(holder, "KeyError", "'glm_moe_dsa'") == []
 
 
+def test_a_reload_reads_again_only_the_files_that_changed(tmp_path: Path) -> None:
+    """Validating the whole library is most of a load: after one edit, the unchanged files' signatures are
+    reused as they are and only the edited file is parsed and validated again."""
+    folder = library_copy(tmp_path)
+    (folder / "extra.yaml").write_text(EXTRA)
+    holder = LibraryHolder([folder], log=Log())
+    before = {s.id: s for s in holder.library.signatures}
+    (folder / "extra.yaml").write_text(EXTRA.replace("upgrade transformers", "upgrade transformers to 4.57"))
+    assert holder.reload()
+    after = {s.id: s for s in holder.library.signatures}
+    assert after.keys() == before.keys()
+    assert all(after[i] is before[i] for i in after if i != "test-extra-error"), "unchanged files are reused"
+    assert after["test-extra-error"] is not before["test-extra-error"]
+    assert after["test-extra-error"].fix_summary == "upgrade transformers to 4.57"
+    # a broken edit is never cached: putting the good text back loads it again
+    (folder / "extra.yaml").write_text("signatures:\n  - id: [unclosed\n")
+    assert not holder.reload()
+    (folder / "extra.yaml").write_text(EXTRA)
+    assert holder.reload() and holder.library.get("test-extra-error").fix_summary == "upgrade transformers"
+
+
 def test_a_burst_of_edits_settles_into_one_reload(tmp_path: Path) -> None:
     folder = library_copy(tmp_path)
     holder = LibraryHolder([folder], log=Log())

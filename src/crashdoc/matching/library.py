@@ -7,6 +7,7 @@ good one (hot reload relies on that).
 
 from __future__ import annotations
 
+import hashlib
 import json
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
@@ -134,7 +135,30 @@ def signature_files(folders: Iterable[Path]) -> list[Path]:
     return files
 
 
-def load_library(folders: Sequence[Path | str]) -> Library:
+class FileCache:
+    """The signatures of files that loaded cleanly, by path and content digest: a hot reload after one
+    edit re-validates that file only (schema validation is most of a load's cost)."""
+
+    def __init__(self) -> None:
+        self._files: dict[str, tuple[bytes, list[Signature]]] = {}
+
+    def load(self, path: Path) -> tuple[list[Signature], list[Problem]]:
+        try:
+            digest = hashlib.blake2b(path.read_bytes(), digest_size=16).digest()
+        except OSError:
+            return load_file(path)  # says why, with the file's name
+        known = self._files.get(str(path))
+        if known is not None and known[0] == digest:
+            return known[1], []
+        signatures, problems = load_file(path)
+        if problems:
+            self._files.pop(str(path), None)
+        else:
+            self._files[str(path)] = (digest, signatures)
+        return signatures, problems
+
+
+def load_library(folders: Sequence[Path | str], cache: FileCache | None = None) -> Library:
     """Load every `*.yaml` under `folders`; raise LibraryError listing all problems."""
     paths = [Path(f) for f in folders]
     problems: list[Problem] = []
@@ -144,7 +168,7 @@ def load_library(folders: Sequence[Path | str]) -> Library:
     signatures: list[Signature] = []
     seen: dict[str, str] = {}
     for path in signature_files(paths):
-        loaded, file_problems = load_file(path)
+        loaded, file_problems = cache.load(path) if cache is not None else load_file(path)
         problems.extend(file_problems)
         for sig in loaded:
             if sig.id in seen:

@@ -16,7 +16,7 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
-from crashdoc.matching.library import Library, LibraryError, load_library
+from crashdoc.matching.library import FileCache, Library, LibraryError, load_library
 from crashdoc.matching.matcher import Matcher
 
 
@@ -29,7 +29,8 @@ class LibraryHolder:
         self.reloads = 0
         self.errors = 0
         self.last_error = ""
-        self._matcher = Matcher(load_library(self.folders))  # the first load must succeed
+        self._files = FileCache()
+        self._matcher = Matcher(load_library(self.folders, self._files))  # the first load must succeed
 
     @property
     def matcher(self) -> Matcher:
@@ -42,7 +43,7 @@ class LibraryHolder:
     def reload(self) -> bool:
         """Load again; True when the new library replaced the old one."""
         try:
-            matcher = Matcher(load_library(self.folders))
+            matcher = Matcher(load_library(self.folders, self._files))
         except LibraryError as exc:
             self.errors += 1
             self.last_error = str(exc.problems[0]) if exc.problems else "unknown problem"
