@@ -491,6 +491,38 @@ def test_environment_changes_edit_the_launch_script(
     assert path.read_text() == original
 
 
+@needs_sed
+def test_several_environment_changes_and_a_prefix_on_another_command(tmp_path: Path) -> None:
+    """Several changes land together; `NAME=x other-command` sets NAME for that command only, so it is not
+    the assignment to edit."""
+    path = tmp_path / "prefill.sh"
+    original = (
+        "#!/bin/bash\n"
+        "set -e\n"
+        "SGLANG_WARMUP_TIMEOUT=5 python warm_cache.py\n"
+        "export SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT=600  # PD bootstrap\n"
+        "  exec python -m sglang.launch_server --tp 2\n"
+    )
+    path.write_text(original)
+    changes = [
+        FlagChange("set", "SGLANG_WARMUP_TIMEOUT", "1800"),
+        FlagChange("remove", "SGLANG_DISAGGREGATION_BOOTSTRAP_TIMEOUT"),
+        FlagChange("set", "SGLANG_DISABLE_MSA", "1"),
+    ]
+    fix = synthesize_fix(UNIT, ("/bin/bash", str(path)), changes, "x")
+    run_file_steps(fix)
+    assert path.read_text() == (
+        "#!/bin/bash\n"
+        "set -e\n"
+        "SGLANG_WARMUP_TIMEOUT=5 python warm_cache.py\n"
+        "  export SGLANG_WARMUP_TIMEOUT=1800\n"
+        "  export SGLANG_DISABLE_MSA=1\n"
+        "  exec python -m sglang.launch_server --tp 2\n"
+    )
+    run_file_steps(fix.rollback)
+    assert path.read_text() == original
+
+
 def test_environment_changes_for_a_direct_exec_start_are_a_drop_in() -> None:
     argv = ["/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "m"]
     changes = [FlagChange("set", "SGLANG_WARMUP_TIMEOUT", "1800"), FlagChange("remove", "SGLANG_USE_HND_KVCACHE")]

@@ -773,10 +773,11 @@ def _script_environment(inv: Invocation, env_changes: Sequence[FlagChange]) -> t
     edited (or deleted), else `export NAME=value` / `unset NAME` goes on a line of its own just before it."""
     text = inv.file_text
     notes: list[str] = []
+    first = _command_line_start(inv, text)
     for c in env_changes:
-        start = _command_line_start(inv, text)
+        start = first + len(text) - len(inv.file_text)  # every edit is above the command: it only moves down
         assigned = None
-        for m in re.finditer(rf"(?m)^([ \t]*)((?:export[ \t]+)?){re.escape(c.flag)}=.*\n?", text[:start]):
+        for m in _assignment_line(c.flag).finditer(text[:start]):
             assigned = m
         indent = re.match(r"[ \t]*", text[start:])
         pad = indent[0] if indent else ""
@@ -796,6 +797,12 @@ def _script_environment(inv: Invocation, env_changes: Sequence[FlagChange]) -> t
         else:
             text = text[:start] + f"{pad}export {c.flag}={value}\n" + text[start:]
     return text, notes
+
+
+def _assignment_line(name: str) -> re.Pattern[str]:
+    """A line that only assigns `name` (`export NAME=value`, `NAME="a b"  # why`), not `NAME=x cmd`."""
+    value = r"""(?:'[^'\n]*'|"(?:[^"\\\n]|\\.)*"|[^\s'";&|#]*)"""
+    return re.compile(rf"(?m)^([ \t]*)((?:export[ \t]+)?){re.escape(name)}={value}[ \t]*(?:#[^\n]*)?(?:\n|\Z)")
 
 
 def _command_line_start(inv: Invocation, file_text: str) -> int:
