@@ -801,14 +801,23 @@ HOSTILE = st.lists(
             "-1",
             "\r",
             "ü",
+            "export SGLANG_T=1\n",
+            "SGLANG_T=2 ",
+            "env SGLANG_T=3 ",
         ]
     ),
     max_size=40,
 ).map("".join)
+ENV_CHANGES = st.builds(
+    FlagChange,
+    action=st.sampled_from(["remove", "add", "set"]),
+    flag=st.just("SGLANG_T"),
+    value=st.sampled_from(["1", "a b", "it's", "$X", "\n"]),
+)
 
 
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-@given(HOSTILE, st.lists(CHANGES, min_size=1, max_size=2))
+@given(HOSTILE, st.lists(st.one_of(CHANGES, ENV_CHANGES), min_size=1, max_size=2))
 def test_rewriter_never_raises_on_hostile_scripts(text: str, changes: list[FlagChange]) -> None:
     located = find_invocation(["/bin/sh", "/x.sh"], lambda p: text)
     for inv in (located.invocation, *located.others) if located.invocation else ():
