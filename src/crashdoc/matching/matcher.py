@@ -39,12 +39,28 @@ class Facts:
         return str(getattr(self, key, "") or "")
 
 
+class _LazyRegex:
+    """A pattern compiled on its first search: the RE2 Set finds the few candidate signatures of a
+    traceback or line, so most patterns never need a program of their own (megabytes for a library)."""
+
+    __slots__ = ("_compiled", "pattern")
+
+    def __init__(self, pattern: str) -> None:
+        self.pattern = pattern
+        self._compiled: re2._Regexp | None = None
+
+    def search(self, text: str) -> re2._Match | None:
+        if self._compiled is None:
+            self._compiled = re2.compile(self.pattern, re2_options())
+        return self._compiled.search(text)
+
+
 @dataclass(frozen=True, slots=True)
 class _Compiled:
     signature: Signature
-    message: re2._Regexp | None
-    frame: re2._Regexp | None
-    model: re2._Regexp | None
+    message: _LazyRegex | None
+    frame: _LazyRegex | None
+    model: _LazyRegex | None
     specificity: int
 
 
@@ -76,7 +92,6 @@ class Matcher:
 
     def __init__(self, library: Library) -> None:
         self.library = library
-        options = re2_options()
         self._traceback: list[_Compiled] = []
         self._by_type: list[_Compiled] = []  # exception-type-only signatures (no message pattern)
         self._line: list[_Compiled] = []
@@ -84,9 +99,9 @@ class Matcher:
         for sig in library.signatures:
             compiled = _Compiled(
                 sig,
-                re2.compile(sig.message or sig.line, options) if (sig.message or sig.line) else None,
-                re2.compile(sig.frame, options) if sig.frame else None,
-                re2.compile(sig.context["model"], options) if "model" in sig.context else None,
+                _LazyRegex(sig.message or sig.line or "") if (sig.message or sig.line) else None,
+                _LazyRegex(sig.frame) if sig.frame else None,
+                _LazyRegex(sig.context["model"]) if "model" in sig.context else None,
                 min(_literal_chars(sig.message or sig.line or ""), _LITERAL_WEIGHT_CAP) // 3,
             )
             if sig.kind == "line":
