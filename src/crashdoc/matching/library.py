@@ -144,13 +144,14 @@ class FileCache:
 
     def load(self, path: Path) -> tuple[list[Signature], list[Problem]]:
         try:
-            digest = hashlib.blake2b(path.read_bytes(), digest_size=16).digest()
+            raw = path.read_bytes()
         except OSError:
             return load_file(path)  # says why, with the file's name
+        digest = hashlib.blake2b(raw, digest_size=16).digest()
         known = self._files.get(str(path))
         if known is not None and known[0] == digest:
             return known[1], []
-        signatures, problems = load_file(path)
+        signatures, problems = load_bytes(str(path), raw)
         if problems:
             self._files.pop(str(path), None)
         else:
@@ -191,6 +192,11 @@ def load_file(path: Path) -> tuple[list[Signature], list[Problem]]:
         raw = path.read_bytes()
     except OSError as exc:
         return [], [Problem(name, 0, f"cannot read: {exc.strerror or exc}")]
+    return load_bytes(name, raw)
+
+
+def load_bytes(name: str, raw: bytes) -> tuple[list[Signature], list[Problem]]:
+    """Parse and validate the content of one file named `name`; never raises for bad content."""
     if len(raw) > MAX_FILE_BYTES:
         return [], [Problem(name, 0, f"file is larger than {MAX_FILE_BYTES} bytes")]
     try:
