@@ -21,21 +21,11 @@ from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.library import load_library
 from crashdoc.matching.matcher import Matcher
+from test_hostile_input import TRACEBACK as DSV4_TRACEBACK
 
 LIBRARY = load_library([Path(__file__).parent / "fixtures" / "signatures"])
 UNIT = "sglang-prefill.service"
 SCRIPT = "/opt/sglang/prefill.sh"
-DSV4_TRACEBACK = [
-    "[2026-05-01 12:00:03 TP0] Scheduler hit an exception: Traceback (most recent call last):",
-    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 6361, '
-    "in run_scheduler_process",
-    "    scheduler = Scheduler(",
-    '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/mem_cache/hybrid_cache/hybrid_pool_assembler.py", '
-    "line 661, in _deepseek_v4_num_host_pages",
-    "    raise ValueError(",
-    "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead.",
-    "",
-]
 
 
 class Host:

@@ -29,6 +29,27 @@ _PIECES = [literal for _, literal in MARKERS] + [
 ]
 
 
+def _bench(*names: str) -> list[object]:
+    """Names from the bench package (the repository root is not on sys.path in tests); skips the test
+    where systemd-journal-remote, which builds the journals, is missing."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parent.parent
+    sys.path.insert(0, str(root))
+    try:
+        common = importlib.import_module("bench.common")
+        gen = importlib.import_module("bench.journal_gen")
+    finally:
+        sys.path.remove(str(root))
+    if common.JOURNAL_REMOTE is None:
+        pytest.skip("systemd-journal-remote is not installed")
+    return [getattr(common, n) if hasattr(common, n) else getattr(gen, n) for n in names]
+
+
 def _reference(text: str) -> tuple[str, str] | None:
     m = _ALTERNATION.search(text)
     if m is None:
@@ -83,20 +104,8 @@ def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_pat
     """`JournalSource.read()` (inlined, per-process cache, mapped pages released as it goes) against
     systemd-python's own converters."""
     import fnmatch
-    import sys
-    from pathlib import Path
 
-    import pytest
-
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root))
-    try:
-        from bench.common import JOURNAL_REMOTE
-        from bench.journal_gen import build
-    finally:
-        sys.path.remove(str(root))
-    if JOURNAL_REMOTE is None:
-        pytest.skip("systemd-journal-remote is not installed")
+    (build,) = _bench("build")
     from systemd import journal
 
     from crashdoc.sources import journal as journal_source
@@ -140,20 +149,8 @@ def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_pat
 def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path, monkeypatch) -> None:
     """Files given by name get libsystemd matches; the events must equal an unfiltered walk's."""
     import subprocess
-    import sys
-    from pathlib import Path
 
-    import pytest
-
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root))
-    try:
-        from bench.common import JOURNAL_REMOTE
-        from bench.journal_gen import boot_id, build
-    finally:
-        sys.path.remove(str(root))
-    if JOURNAL_REMOTE is None:
-        pytest.skip("systemd-journal-remote is not installed")
+    journal_remote, boot_id, build = _bench("JOURNAL_REMOTE", "boot_id", "build")
     from crashdoc.sources import journal as journal_source
     from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
     from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID
@@ -193,7 +190,7 @@ def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path,
         head = f"__REALTIME_TIMESTAMP={now + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n_BOOT_ID={boot}\n"
         stream += (head + "".join(f"{k}={v}\n" for k, v in fields.items()) + "\n").encode()
     subprocess.run(
-        [JOURNAL_REMOTE, "--split-mode=none", f"--output={folder}/extra.journal", "-"], input=stream, check=True
+        [journal_remote, "--split-mode=none", f"--output={folder}/extra.journal", "-"], input=stream, check=True
     )
     units = UnitFilter((WatchRule("sglang*.service"),))
 
@@ -215,20 +212,7 @@ def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path,
 
 
 def test_release_journal_pages_drops_them_from_rss_and_reading_goes_on(tmp_path) -> None:
-    import sys
-    from pathlib import Path
-
-    import pytest
-
-    root = Path(__file__).resolve().parent.parent
-    sys.path.insert(0, str(root))
-    try:
-        from bench.common import JOURNAL_REMOTE, proc_status
-        from bench.journal_gen import build
-    finally:
-        sys.path.remove(str(root))
-    if JOURNAL_REMOTE is None:
-        pytest.skip("systemd-journal-remote is not installed")
+    proc_status, build = _bench("proc_status", "build")
     from systemd import journal
 
     from crashdoc.sources.journal import release_journal_pages
