@@ -119,7 +119,10 @@ def cpu_seconds(pid: int) -> float:
 
 def bare_python_rss_kib() -> int:
     """Baseline: VmHWM of a bare Python that imports everything the daemon imports."""
-    code = "import crashdoc.daemon, crashdoc.cli, crashdoc.commands\nprint(open('/proc/self/status').read())\n"
+    code = (
+        "import crashdoc.runtime.daemon, crashdoc.cli, crashdoc.commands.pipeline\n"
+        "print(open('/proc/self/status').read())\n"
+    )
     out = subprocess.run([PYTHON, "-c", code], capture_output=True, text=True, check=True).stdout
     for line in out.splitlines():
         if line.startswith("VmHWM:"):

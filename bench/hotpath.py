@@ -21,12 +21,12 @@ from bench.journal_gen import JournalSet
 
 
 def worker(files: list[str]) -> dict[str, float]:
-    from crashdoc.commands import feed
+    from crashdoc.commands.pipeline import feed
     from crashdoc.diagnosis.engine import Engine
-    from crashdoc.events import LogLine
+    from crashdoc.events import LogLine, WatchRule
     from crashdoc.matching.library import load_library
     from crashdoc.matching.matcher import Matcher
-    from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
+    from crashdoc.sources.journal import JournalSource, UnitFilter
 
     matcher = Matcher(load_library(os.environ["CRASHDOC_BENCH_SIGNATURES"].split(os.pathsep)))
     source = JournalSource(UnitFilter((WatchRule("sglang*.service"),)), files=files)

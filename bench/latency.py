@@ -245,14 +245,14 @@ def measure(
 
 
 def _e2e():
-    """tests/e2e.py: how the end-to-end tests start crashdoc inside a sandbox (one way, shared)."""
+    """tests/support/e2e.py: how the end-to-end tests start crashdoc inside a sandbox (one way, shared)."""
     import importlib
     import sys
 
     tests = str(ROOT / "tests")
     if tests not in sys.path:
         sys.path.insert(0, tests)
-    return importlib.import_module("e2e")
+    return importlib.import_module("support.e2e")
 
 
 def _histogram(cd) -> dict[str, float]:

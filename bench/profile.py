@@ -25,7 +25,7 @@ HOT = (
     ("  Matcher.match_line (RE2 Set)", "match_line (crashdoc/matching/matcher.py"),
     ("  Engine.watch", "watch (crashdoc/diagnosis/engine.py"),
     ("  Engine._invocation_for", "_invocation_for (crashdoc/diagnosis/engine.py"),
-    ("  Invocation.add_line", "add_line (crashdoc/diagnosis/invocation.py"),
+    ("  Run.add_line", "add_line (crashdoc/diagnosis/run.py"),
     ("  Engine.matcher (property, per line)", "matcher (crashdoc/diagnosis/engine.py"),
     ("Engine.on_lifecycle + settle (root cause, fix)", "on_lifecycle (crashdoc/diagnosis/engine.py"),
     ("signature library load (YAML + schema)", "load_library (crashdoc/matching/library.py"),

@@ -96,7 +96,8 @@ def libraries(sizes=SIZES):
 
 
 def load_events(js: JournalSet, limit: int) -> list:
-    from crashdoc.sources.journal import JournalSource, UnitFilter, WatchRule
+    from crashdoc.events import WatchRule
+    from crashdoc.sources.journal import JournalSource, UnitFilter
 
     source = JournalSource(UnitFilter((WatchRule("sglang*.service"),)), files=[str(f) for f in js.files])
     source.seek_head()
@@ -111,7 +112,7 @@ def load_events(js: JournalSet, limit: int) -> list:
 
 
 def feed_once(lib, events) -> tuple[float, int]:
-    from crashdoc.commands import feed
+    from crashdoc.commands.pipeline import feed
     from crashdoc.diagnosis.engine import Engine
     from crashdoc.matching.matcher import Matcher
 

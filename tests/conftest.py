@@ -7,14 +7,13 @@ skipped, with the reason, where that cannot work (not root, no unshare/nsenter, 
 from __future__ import annotations
 
 import shutil
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
 
 from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir, unavailable_reason
-
-SandboxFactory = Callable[..., PrivateSystemd]
+from support.sandboxes import SandboxFactory
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -1,20 +1,26 @@
-"""The `crashdoc` command line: argument parsing and dispatch, nothing else."""
+"""The `crashdoc` command line: argument parsing and a dispatch table, nothing else."""
 
 from __future__ import annotations
 
 import argparse
-import json
+import importlib
 import sys
 from collections.abc import Sequence
-from pathlib import Path
-from typing import TYPE_CHECKING
 
 from crashdoc import __version__
+from crashdoc.errors import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UserError
 
-if TYPE_CHECKING:
-    from crashdoc.matching.library import Library
-
-EXIT_OK, EXIT_PROBLEM, EXIT_USAGE = 0, 1, 2
+# subcommand -> module in crashdoc.commands with a `main(args)`; imported only when chosen, so that
+# `explain` does not pay for the daemon's imports
+COMMANDS: dict[str, str] = {
+    "run": "run",
+    "diagnose": "diagnose",
+    "explain": "explain",
+    "demo": "demo",
+    "check-config": "check_config",
+    "signatures": "signatures",
+    "runbooks": "runbooks",
+}
 
 
 def _library_args(parser: argparse.ArgumentParser) -> None:
@@ -93,31 +99,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
+    if args.command in ("signatures", "runbooks") and args.action is None:
+        parser.parse_args([args.command, "--help"])
+        return EXIT_USAGE
+    module = importlib.import_module(f"crashdoc.commands.{COMMANDS[args.command]}")
     try:
-        if args.command == "explain":
-            return _explain(args)
-        if args.command == "signatures":
-            return _signatures(args, parser)
-        if args.command == "diagnose":
-            from crashdoc.commands import diagnose
-
-            return diagnose(args)
-        if args.command == "run":
-            from crashdoc.commands import run
-
-            return run(args)
-        if args.command == "demo":
-            from crashdoc.commands import demo
-
-            return demo(args)
-        if args.command == "check-config":
-            from crashdoc.commands import check_config
-
-            return check_config(args)
-        if args.command == "runbooks":
-            from crashdoc.commands import render_runbooks
-
-            return render_runbooks(args)
+        return int(module.main(args))
     except KeyboardInterrupt:
         return 130
     except BrokenPipeError:
@@ -125,94 +112,3 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as exc:
         print(f"crashdoc: {exc}", file=sys.stderr)
         return EXIT_PROBLEM
-    parser.print_help()
-    return EXIT_USAGE
-
-
-class UserError(Exception):
-    """A problem the user can fix (bad file, missing unit); printed without a traceback."""
-
-
-def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
-    from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
-
-    folders = [Path(d) for d in dirs] if dirs else builtin_signature_dirs()
-    if not folders:
-        raise UserError("no signature library found (the package is incomplete); pass --signatures DIR")
-    try:
-        return load_library(folders)
-    except LibraryError as exc:
-        raise UserError("the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
-
-
-def _explain(args: argparse.Namespace) -> int:
-    from crashdoc.commands import explain_texts
-    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
-    from crashdoc.sources.textlog import read_sources
-
-    library = load_library_or_fail(args.signatures)
-    paths = args.files or ["-"]
-    stdin_text = sys.stdin.buffer.read().decode("utf-8", "replace") if "-" in paths else None
-    try:
-        sources = list(read_sources(paths, stdin_text))
-    except OSError as exc:
-        raise UserError(f"cannot read {exc.filename}: {exc.strerror}") from exc
-    results = explain_texts(sources, library)
-    several = len(sources) > 1
-    for name, diagnoses in results:
-        if args.json:
-            print(diagnoses_json(diagnoses, **({"file": name} if several else {})))
-        else:
-            if several:
-                print(f"== {name}")
-            sys.stdout.write(diagnoses_text(diagnoses, color=sys.stdout.isatty()))
-    return EXIT_OK
-
-
-def _signatures(args: argparse.Namespace, parser: argparse.ArgumentParser) -> int:
-    from crashdoc.matching.matcher import Matcher
-    from crashdoc.matching.selftest import lint_library, test_library
-
-    if args.action is None:
-        parser.parse_args(["signatures", "--help"])
-        return EXIT_USAGE
-    if args.action == "mine":
-        from crashdoc.commands import mine
-
-        return mine(args)
-    library = load_library_or_fail(args.dirs or None)
-    if args.action == "list":
-        rows = [
-            {
-                "id": s.id,
-                "category": s.category,
-                "severity": s.severity,
-                "flags": list(s.flags),
-                "source": s.origin,
-                "kind": s.kind,
-            }
-            for s in library.signatures
-        ]
-        if args.json:
-            print(json.dumps(rows, indent=1))
-        else:
-            width = max(len(r["id"]) for r in rows)
-            for r in rows:
-                print(f"{r['id']:<{width}}  {r['category']:<17} {r['severity']:<8} {' '.join(r['flags'])}")
-            print(f"{len(rows)} signatures")
-        return EXIT_OK
-    matcher = Matcher(library)
-    if args.action == "test":
-        count, failures = test_library(library, matcher)
-        for failure in failures:
-            print(failure)
-        print(f"{count} examples in {len(library)} signatures: {len(failures)} failed")
-        return EXIT_PROBLEM if failures else EXIT_OK
-    if args.action == "lint":
-        count, failures = test_library(library, matcher)
-        problems = [*failures, *lint_library(library, matcher)]
-        for problem in problems:
-            print(problem)
-        print(f"{len(library)} signatures: {len(problems)} problem(s)")
-        return EXIT_PROBLEM if problems else EXIT_OK
-    return EXIT_USAGE

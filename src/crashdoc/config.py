@@ -13,9 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-from crashdoc.diagnosis.crashloop import Thresholds
-from crashdoc.events import ROLES
-from crashdoc.sources.journal import WatchRule
+from crashdoc.events import ROLES, Thresholds, WatchRule
 from crashdoc.yamlfile import LocatedYaml, YamlError, parse_located
 
 DEFAULT_PORT = 10247  # outside the 9100-9999 exporter range, which is fully allocated
@@ -242,3 +240,90 @@ def _build(doc: LocatedYaml, name: str) -> Config:
     if problems:
         raise ConfigError(problems)
     return Config(**values)
+
+
+@dataclass(slots=True)
+class ConfigCheck:
+    """What `check_config_file` found: problems (FILE:LINE first), or the summary of a good file."""
+
+    problems: list[str] = field(default_factory=list)
+    summary: list[str] = field(default_factory=list)
+
+
+def check_config_file(name: str) -> ConfigCheck:
+    """Validate a configuration as `crashdoc run` would, plus what would only fail once it runs
+    (signature folders and their files, the journal folder, a relative state folder), so that a
+    config rollout can be gated on it: every problem as FILE:LINE, or a summary of what it sets."""
+    from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
+
+    try:
+        config = load_config(name)
+    except ConfigError as exc:
+        return ConfigCheck(problems=list(exc.problems))
+    try:
+        lines = parse_located(Path(name).read_text(encoding="utf-8")).lines
+    except (OSError, UnicodeDecodeError, YamlError):
+        lines = {}
+
+    def at(*paths: tuple[object, ...]) -> str:
+        """FILE:LINE of the first of `paths` written in the file (FILE alone for a default)."""
+        line = next((lines[p] for p in paths if p in lines), 0)
+        return f"{name}:{line}" if line else name
+
+    problems: list[str] = []
+    folders: list[Path] = []
+    for i, folder in enumerate(config.signature_folders):
+        if Path(folder).is_dir():
+            folders.append(Path(folder))
+        else:
+            where = at(("signatures", "folders", i), ("signatures", i))
+            problems.append(f"{where}: signatures.folders: {folder}: no such folder")
+    builtin = builtin_signature_dirs() if config.builtin_signatures else []
+    if config.builtin_signatures and not builtin:
+        problems.append(f"{at(('signatures', 'builtin'))}: signatures.builtin: the built-in library is not installed")
+    library = None
+    if not config.builtin_signatures and not config.signature_folders:
+        problems.append(
+            f"{at(('signatures', 'builtin'), ('signatures',))}: signatures: no library (builtin is "
+            "false and there are no folders)"
+        )
+    elif builtin or folders:
+        try:
+            library = load_library([*builtin, *folders])
+        except LibraryError as exc:
+            problems.extend(f"{p} (signature library, {at(('signatures',))})" for p in exc.problems)
+    if config.journal_directory and not Path(config.journal_directory).is_dir():
+        where = at(("journal", "directory"))
+        problems.append(f"{where}: journal.directory: {config.journal_directory}: no such folder")
+    if not Path(config.state_directory).is_absolute():
+        problems.append(
+            f"{at(('state_directory',))}: state_directory: must be an absolute path, got "
+            f"{config.state_directory!r} (a unit runs in /, which is read-only)"
+        )
+    if problems:
+        return ConfigCheck(problems=problems)
+
+    t, am = config.thresholds, config.alertmanager
+    host, port = config.listen_address
+    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    links = (config.runbook_base_url or f"http://{shown}:{port}").rstrip("/")
+    sources = ["built-in"] * bool(builtin) + [str(f) for f in folders]
+    summary = [f"{name}: OK"]
+    summary.append(f"  units:         {', '.join(f'{r.pattern} ({r.role})' for r in config.units)}")
+    summary.append(f"  listen:        {config.listen} (/metrics, /diagnoses, /units/<unit>, /runbook/<signature>)")
+    summary.append(
+        f"  crash loop:    {t.startup_crashes} crashes before ready in a row, or {t.runtime_crashes} within "
+        f"{t.runtime_window:g} s; recovered after {t.recovery:g} s up"
+    )
+    summary.append(f"  signatures:    {len(library) if library is not None else 0} from {', '.join(sources)}")
+    summary.append(f"  state:         {config.state_directory}")
+    summary.append(
+        f"  journal:       {config.journal_directory or 'the system journal'}; D-Bus: "
+        f"{'yes' if config.dbus else 'no (the journal alone)'}"
+    )
+    summary.append(
+        f"  alerts:        {f'pushed to {am.url} every {am.resend_interval:g} s' if am.url else 'not pushed'}"
+        f" (instance {config.instance})"
+    )
+    summary.append(f"  runbook links: {links}/runbook/<signature>")
+    return ConfigCheck(summary=summary)

@@ -30,6 +30,25 @@ SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
 ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
 
+# --- configuration shared by the layers ----------------------------------------------
+
+
+@dataclass(frozen=True, slots=True)
+class WatchRule:
+    pattern: str  # unit name or glob
+    role: str = "any"
+
+
+@dataclass(frozen=True, slots=True)
+class Thresholds:
+    startup_crashes: int = 2  # consecutive crash-before-ready runs that make a loop
+    runtime_crashes: int = 3  # crashes after ready, within runtime_window, that make a loop
+    runtime_window: float = 600.0
+    recovery: float = 120.0  # a run must live this long (and be ready) to end a loop
+    flap_window: float = 600.0  # a loop that restarts this soon after recovery is the same loop
+    failed_grace: float = 15.0  # journal-only: "failed" without a restart for this long means failed
+
+
 # --- sources ---------------------------------------------------------------------------
 
 

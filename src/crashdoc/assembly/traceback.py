@@ -18,8 +18,9 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from crashdoc.assembly.logline import clean, split_prefix
+from crashdoc.assembly.logline import split_prefix
 from crashdoc.events import ExceptionInfo, Frame, LogLine, Traceback
+from crashdoc.text import clean
 
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 CHAIN_MARKERS = (

@@ -14,8 +14,9 @@ from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
 
-from crashdoc.diagnosis.invocation import Invocation
 from crashdoc.diagnosis.rootcause import Finding
+from crashdoc.diagnosis.run import Run
+from crashdoc.events import Thresholds
 
 KEEP_CRASHES = 200  # crashes remembered per unit (for the dominant root cause)
 KEEP_TRACEBACKS = 5  # of which the latest keep their full traceback
@@ -27,16 +28,6 @@ class LoopState(StrEnum):
     FAILED = "failed"
     RECOVERED = "recovered"
     STOPPED = "stopped"
-
-
-@dataclass(frozen=True, slots=True)
-class Thresholds:
-    startup_crashes: int = 2  # consecutive crash-before-ready runs that make a loop
-    runtime_crashes: int = 3  # crashes after ready, within runtime_window, that make a loop
-    runtime_window: float = 600.0
-    recovery: float = 120.0  # a run must live this long (and be ready) to end a loop
-    flap_window: float = 600.0  # a loop that restarts this soon after recovery is the same loop
-    failed_grace: float = 15.0  # journal-only: "failed" without a restart for this long means failed
 
 
 @dataclass(slots=True)
@@ -75,7 +66,7 @@ class LoopTracker:
     def looping(self) -> bool:
         return self.state in (LoopState.LOOPING, LoopState.FAILED)
 
-    def on_crash(self, inv: Invocation, finding: Finding | None, at: float) -> Transition | None:
+    def on_crash(self, inv: Run, finding: Finding | None, at: float) -> Transition | None:
         crash = Crash(inv.id, at, not inv.ready, finding, inv.exit_text(), inv.lifetime)
         self.crashes.append(crash)
         if len(self.crashes) > KEEP_TRACEBACKS:

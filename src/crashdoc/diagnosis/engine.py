@@ -19,11 +19,11 @@ from crashdoc import __version__
 from crashdoc.assembly.markers import find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis.configchange import FileChange, correlate
-from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Thresholds, Transition
-from crashdoc.diagnosis.invocation import Invocation, LineHit
+from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Transition
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
 from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause
-from crashdoc.events import Diagnosis, Lifecycle, LifecycleRecord, LogLine, Traceback, UnitState
+from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.events import Diagnosis, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
 from crashdoc.matching.matcher import Facts, Matcher
 
 MAX_INVOCATIONS = 16
@@ -74,8 +74,8 @@ class UnitRecord:
     name: str
     role: str
     loop: LoopTracker
-    invocations: OrderedDict[str, Invocation] = field(default_factory=OrderedDict)
-    current: Invocation | None = None
+    invocations: OrderedDict[str, Run] = field(default_factory=OrderedDict)
+    current: Run | None = None
     restarts_total: int = 0  # PID 1's restart-scheduled records seen
     n_restarts: int | None = None  # systemd's NRestarts (since the last manual start/reset)
     state: UnitState | None = None
@@ -84,10 +84,10 @@ class UnitRecord:
     last_crash_at: float | None = None
     diagnosis: Diagnosis | None = None  # the current loop's diagnosis
     last_diagnosis: Diagnosis | None = None
-    last_good: Invocation | None = None  # the last run that lived through the recovery window
+    last_good: Run | None = None  # the last run that lived through the recovery window
     file_changes: list[FileChange] = field(default_factory=list)
     line_failures: Counter[str] = field(default_factory=Counter)
-    pending_end: Invocation | None = None  # ended, waiting for PID 1's verdict
+    pending_end: Run | None = None  # ended, waiting for PID 1's verdict
     sglang: bool = False
 
     @property
@@ -279,7 +279,7 @@ class Engine:
         rec.file_changes.append(FileChange(path, at))
         del rec.file_changes[:-MAX_FILE_CHANGES]
 
-    def _judge_alive(self, rec: UnitRecord, inv: Invocation, now: float) -> None:
+    def _judge_alive(self, rec: UnitRecord, inv: Run, now: float) -> None:
         """A run that lived through the recovery window (and is ready, for SGLang) is good: remember its
         command line for config-change reports, and end a loop if there is one."""
         started = inv.started_at or inv.first_line_at
@@ -383,9 +383,7 @@ class Engine:
 
     # --- internals -----------------------------------------------------------------------
 
-    def _invocation_for(
-        self, rec: UnitRecord, invocation: str, timestamp: float, create: bool = True
-    ) -> Invocation | None:
+    def _invocation_for(self, rec: UnitRecord, invocation: str, timestamp: float, create: bool = True) -> Run | None:
         if invocation:
             inv = rec.invocations.get(invocation)
             if inv is not None:
@@ -402,7 +400,7 @@ class Engine:
         self._settle(rec)
         return self._new_invocation(rec, "", timestamp)
 
-    def _new_invocation(self, rec: UnitRecord, invocation: str, timestamp: float) -> Invocation:
+    def _new_invocation(self, rec: UnitRecord, invocation: str, timestamp: float) -> Run:
         if not invocation:
             self._synthetic += 1
         inv_id = invocation or f"run-{self._synthetic}"
@@ -410,7 +408,7 @@ class Engine:
         if current is not None and not invocation and not current.ended and not current.lines:
             current.started_at = current.started_at or timestamp  # "Started" before any line: same run
             return current
-        inv = Invocation(rec.name, inv_id, started_at=timestamp)
+        inv = Run(rec.name, inv_id, started_at=timestamp)
         state = rec.state
         if state is not None and state.exec_start:
             inv.cmdline = state.exec_start
@@ -432,7 +430,7 @@ class Engine:
         if inv.ended and inv is not rec.pending_end and len(inv.tracebacks) > kept:  # at most MAX_TRACEBACKS times
             self._rejudge(rec, inv)
 
-    def _rejudge(self, rec: UnitRecord, inv: Invocation) -> None:
+    def _rejudge(self, rec: UnitRecord, inv: Run) -> None:
         """A traceback that completed after its run was judged: journald reads a unit's output lazily,
         so under a flood (or for a 10,000-frame traceback) a run's last lines arrive after PID 1's
         record of its end, and the crash was settled without them (after SETTLE_GRACE). Its root cause
@@ -447,14 +445,14 @@ class Engine:
         if rec.loop.looping:
             self._refresh_loop_diagnosis(rec, "loop-updated")
 
-    def _flags(self, rec: UnitRecord, inv: Invocation) -> dict[str, str]:
+    def _flags(self, rec: UnitRecord, inv: Run) -> dict[str, str]:
         """The run's SGLang flags: its command line (script included, as read when the run began) over
         SGLang's own server_args line."""
         flags = dict(inv.server_flags)
         flags.update(inv.flags if inv.flags is not None else self.builder.flags_of(inv.cmdline))
         return flags
 
-    def _facts(self, rec: UnitRecord, inv: Invocation) -> Facts:
+    def _facts(self, rec: UnitRecord, inv: Run) -> Facts:
         flags = self._flags(rec, inv)
         return Facts(
             flags=flags,
@@ -533,7 +531,7 @@ class Engine:
             at = transition.at if transition is not None else self.now
             self._events.append(EngineEvent(kind, rec.name, at, diagnosis, transition))
 
-    def _invocation_of(self, rec: UnitRecord, finding: Finding | None) -> Invocation | None:
+    def _invocation_of(self, rec: UnitRecord, finding: Finding | None) -> Run | None:
         if finding is not None and finding.traceback is not None:
             inv = rec.invocations.get(finding.traceback.invocation)
             if inv is not None:
@@ -543,7 +541,7 @@ class Engine:
                 return inv
         return rec.current
 
-    def _context(self, rec: UnitRecord, inv: Invocation | None) -> UnitContext:
+    def _context(self, rec: UnitRecord, inv: Run | None) -> UnitContext:
         facts = self._facts(rec, inv) if inv is not None else Facts()
         cmdline = (inv.cmdline if inv is not None else ()) or (rec.state.exec_start if rec.state else ())
         change = None
@@ -567,13 +565,11 @@ class Engine:
             config_change=change,
         )
 
-    def _build(
-        self, rec: UnitRecord, inv: Invocation | None, finding: Finding, crashes: int, confidence: float
-    ) -> Diagnosis:
+    def _build(self, rec: UnitRecord, inv: Run | None, finding: Finding, crashes: int, confidence: float) -> Diagnosis:
         return self.builder.build(finding, self._context(rec, inv), self.matcher.library, crashes, confidence)
 
     def _crash_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
-        groups: dict[str, tuple[Finding, Invocation, int]] = {}
+        groups: dict[str, tuple[Finding, Run, int]] = {}
         matcher = self.matcher
         for inv in rec.invocations.values():
             if not inv.crashed or (not inv.ended and not inv.ended_by_input):
@@ -588,7 +584,7 @@ class Engine:
 
     def _line_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
         matcher = self.matcher
-        found: dict[str, tuple[Finding, Invocation, int]] = {}
+        found: dict[str, tuple[Finding, Run, int]] = {}
         for inv in rec.invocations.values():
             for finding in line_findings(inv, matcher):
                 if inv.crashed and finding.match is not None:

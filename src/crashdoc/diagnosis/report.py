@@ -13,10 +13,10 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
 from crashdoc.diagnosis.configchange import ConfigChange
-from crashdoc.diagnosis.flagnames import canonical, canonical_flags
-from crashdoc.diagnosis.invocation import Invocation
 from crashdoc.diagnosis.rootcause import Finding
+from crashdoc.diagnosis.run import Run
 from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
+from crashdoc.matching.flagnames import canonical, canonical_flags
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import render, render_text
@@ -38,7 +38,7 @@ class UnitContext:
     n_restarts: int | None = None
     facts: Facts = field(default_factory=Facts)
     cmdline: tuple[str, ...] = ()
-    invocation: Invocation | None = None
+    invocation: Run | None = None
     state: UnitState | None = None
     safety: str | None = None  # the signature's `fix.safety` check, set while its fix is synthesized
     config_change: ConfigChange | None = None

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from crashdoc.assembly.fingerprint import fingerprint_text, fingerprint_traceback
 from crashdoc.diagnosis.category import guess_category
-from crashdoc.diagnosis.invocation import Invocation
+from crashdoc.diagnosis.run import Run
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.matcher import Facts, Matcher
 
@@ -80,7 +80,7 @@ def traceback_finding(tb: Traceback, matcher: Matcher, facts: Facts) -> Finding:
     )
 
 
-def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | None:
+def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
     """The finding that best explains why this run died (None when nothing says)."""
     teardown = next((m.timestamp for m in inv.markers if m.kind == "kill-tree" and m.timestamp), None)
     candidates = [
@@ -151,7 +151,7 @@ def root_cause(inv: Invocation, matcher: Matcher, facts: Facts) -> Finding | Non
     return finding
 
 
-def line_findings(inv: Invocation, matcher: Matcher) -> list[Finding]:
+def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
     """Non-fatal failures a line-level signature saw, one per signature."""
     seen: dict[str, Finding] = {}
     for hit in inv.line_hits:
@@ -187,7 +187,7 @@ def _key_line(exc: ExceptionInfo) -> str:
     return exc.line or f"{exc.type}: {exc.message.split(chr(10), 1)[0]}"
 
 
-def _add_traceback_evidence(finding: Finding, inv: Invocation) -> None:
+def _add_traceback_evidence(finding: Finding, inv: Run) -> None:
     tb = finding.traceback
     assert tb is not None
     same = [t for t in inv.tracebacks if fingerprint_traceback(t) == finding.fingerprint]
@@ -214,7 +214,7 @@ def _add_traceback_evidence(finding: Finding, inv: Invocation) -> None:
     _add_exit_evidence(finding, inv)
 
 
-def _add_exit_evidence(finding: Finding, inv: Invocation) -> None:
+def _add_exit_evidence(finding: Finding, inv: Run) -> None:
     exit_text = inv.exit_text()
     if exit_text:
         tb = finding.traceback

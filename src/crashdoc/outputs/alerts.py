@@ -24,7 +24,7 @@ from datetime import UTC, datetime
 
 from crashdoc.events import Diagnosis
 from crashdoc.outputs.metrics import Health
-from crashdoc.outputs.redact import redact
+from crashdoc.redact import redact
 
 ALERTNAME = "CrashdocCrashLoop"
 EXPIRY_INTERVALS = 4  # endsAt of an active alert: this many resend intervals ahead (Prometheus does 4x)

@@ -14,12 +14,12 @@ import re
 from collections.abc import Iterable
 from urllib.parse import quote
 
-from crashdoc.assembly.logline import clean
 from crashdoc.diagnosis.engine import UnitRecord
-from crashdoc.diagnosis.fix import describe
 from crashdoc.events import Diagnosis
 from crashdoc.matching.library import Signature
-from crashdoc.outputs.redact import redact
+from crashdoc.redact import redact
+from crashdoc.remedy.fix import describe
+from crashdoc.text import clean
 
 _STYLE = """
 body{font:15px/1.45 system-ui,sans-serif;margin:2em auto;max-width:60em;padding:0 1em;color:#222}

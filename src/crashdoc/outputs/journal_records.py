@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crashdoc.diagnosis.engine import EngineEvent
-from crashdoc.outputs.redact import redact
+from crashdoc.redact import redact
 
 MESSAGE_ID_LOOP_STARTED = "e5f9680e52774903bd4465732f57a1a4"
 MESSAGE_ID_DIAGNOSIS = "7c8ef035a6534e30ad5edf56eb4f94a9"

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from crashdoc.events import Diagnosis
-from crashdoc.outputs.redact import REDACTED, is_secret_flag, redact
+from crashdoc.redact import REDACTED, is_secret_flag, redact
 
 
 def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:

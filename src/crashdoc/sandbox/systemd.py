@@ -29,7 +29,7 @@ How it is isolated from the host (each point fixes a real hazard):
 Anything a unit or a test needs must live outside /tmp (the tmpfs hides the host's /tmp inside):
 the work folder defaults to ``/var/tmp/crashdoc-sandbox-<pid>-XXXX`` and /tmp paths are refused.
 
-Facts verified on systemd 252 (Debian 252.39) in this sandbox; tests/test_sandbox.py keeps them true:
+Facts verified on systemd 252 (Debian 252.39) in this sandbox; tests/e2e/test_sandbox.py keeps them true:
 
 - PID 1's records about a unit carry ``_PID=1``, ``_COMM=systemd``, ``_SYSTEMD_UNIT=init.scope``,
   ``_SYSTEMD_CGROUP=/init.scope``, ``_SYSTEMD_SLICE=-.slice``, ``UNIT=<unit>`` and

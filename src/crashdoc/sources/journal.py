@@ -20,8 +20,7 @@ from datetime import datetime
 
 from systemd import journal
 
-from crashdoc.assembly.logline import terminal_safe
-from crashdoc.events import Lifecycle, LifecycleRecord, LogLine
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, WatchRule
 from crashdoc.sources.lifecycle import (
     COREDUMP_MESSAGE_ID,
     MESSAGE_IDS,
@@ -29,6 +28,7 @@ from crashdoc.sources.lifecycle import (
     kernel_oom_unit,
     normalise_exit_status,
 )
+from crashdoc.text import terminal_safe
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
 TRIM_CHECK_EVERY = 2_000  # entries stepped between two looks at how many file pages are mapped
@@ -36,12 +36,6 @@ TRIM_ABOVE = 8 << 20  # release the journal pages once this many bytes of file p
 _MADV_DONTNEED = 4
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _INIT_SCOPE = b"init.scope"
-
-
-@dataclass(frozen=True, slots=True)
-class WatchRule:
-    pattern: str  # unit name or glob
-    role: str = "any"
 
 
 @dataclass(slots=True)

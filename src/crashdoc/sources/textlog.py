@@ -13,9 +13,9 @@ from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from crashdoc.assembly.logline import clean
 from crashdoc.events import LifecycleRecord, LogLine
 from crashdoc.sources.lifecycle import parse_pid1_text
+from crashdoc.text import clean
 
 _HOST_IDENT = r" (?P<host>\S+) (?P<ident>[^\s\[\]:]+)(?:\[(?P<pid>\d+)\])?: ?(?P<msg>.*)$"
 _SHORT_FORMATS: tuple[tuple[str, re.Pattern[str]], ...] = (

@@ -1,0 +1,1 @@
+"""Tools for the signature library: lint, self-test, and the SGLang source miner."""

@@ -1,0 +1,134 @@
+"""`crashdoc diagnose`: one shot over the host journal or copied journal files."""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+import time
+from datetime import datetime
+
+from crashdoc.commands.pipeline import build_engine, feed, load_library_or_fail, unit_builder
+from crashdoc.errors import UserError
+from crashdoc.matching.matcher import Matcher
+
+DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
+
+JOURNAL_MAGIC = b"LPKSHHRH"  # the first bytes of every journal file (systemd's journal-def.h)
+
+
+def parse_since(text: str, now: float | None = None) -> float:
+    """`-1h`, `-30m`, `-2d`, `-45s`, an epoch number, or an ISO date/time -> epoch seconds."""
+    now = time.time() if now is None else now
+    text = text.strip()
+    m = re.fullmatch(r"-(\d+(?:\.\d+)?)\s*([smhd])", text)
+    if m:
+        return now - float(m.group(1)) * {"s": 1, "m": 60, "h": 3600, "d": 86400}[m.group(2)]
+    if re.fullmatch(r"\d+(?:\.\d+)?", text):
+        return float(text)
+    if text in ("today", "yesterday"):
+        midnight = datetime.now().replace(hour=0, minute=0, second=0, microsecond=0).timestamp()
+        return midnight - (86400 if text == "yesterday" else 0)
+    try:
+        return datetime.fromisoformat(text).timestamp()
+    except ValueError as exc:
+        raise UserError(f"--since {text!r}: use -1h, -30m, -2d, an epoch number or 2026-12-02T12:00:00") from exc
+
+
+def main(args: argparse.Namespace) -> int:
+    """One shot over the host journal or copied journal files."""
+    from crashdoc.config import ConfigError, load_config
+    from crashdoc.events import WatchRule
+    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
+    from crashdoc.sources.journal import JournalSource, UnitFilter, unreadable_journal_files
+    from crashdoc.sources.units import UnitWatcher
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UserError("invalid configuration:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+    rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
+    units = UnitFilter(rules)
+    library = load_library_or_fail(args.signatures)
+    problems = [p for p in map(journal_file_problem, args.file or ()) if p]
+    if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
+        raise UserError("\ncrashdoc: ".join(problems))
+    try:
+        source = JournalSource(units, directory=args.directory, files=args.file)
+    except (OSError, FileNotFoundError) as exc:
+        raise UserError(f"cannot open the journal: {exc}") from exc
+    if args.since:
+        source.seek_since(parse_since(args.since))
+    elif not (args.directory or args.file):
+        source.seek_since(time.time() - DEFAULT_HOST_SINCE)
+    else:
+        source.seek_head()
+    live = not (args.directory or args.file)
+    watcher = UnitWatcher(units) if live else None
+    if watcher is not None and not watcher.connect():
+        watcher = None
+    engine = build_engine(Matcher(library), thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder())
+    if watcher is not None:  # the real command lines first, so that fixes can be shown on them
+        for unit in watcher.discover():
+            engine.watch(unit)
+            state = watcher.state(unit)
+            if state is not None:
+                engine.on_unit_state(state)
+    while True:
+        feed(engine, source.read(20_000))
+        if source.at_end:
+            break
+    if watcher is not None:
+        for name in list(engine.units()):
+            state = watcher.state(name)
+            if state is not None:
+                engine.on_unit_state(state)
+    engine.finish()
+    wanted = None
+    if args.unit:
+        seen = set(engine.units())
+        missing = [u for u in args.unit if not any(ch in u for ch in "*?[") and _unit_name(u) not in seen]
+        for unit in missing:
+            where = "in these journal files" if not live else "in the journal"
+            print(
+                f"crashdoc: {unit}: no such unit {where}" + (" (since " + args.since + ")" if args.since else ""),
+                file=sys.stderr,
+            )
+        wanted = [u for u in engine.units()]
+        if missing and not wanted:
+            return 1
+    diagnoses = engine.diagnoses(wanted)
+    if source.stats.errors:
+        print(
+            f"crashdoc: skipped {source.stats.errors} unreadable journal entries ({source.stats.last_error})",
+            file=sys.stderr,
+        )
+    if not live:
+        for path, count in unreadable_journal_files(args.directory, args.file or ()):
+            entries = f"its {count} entries" if count is not None else "all of it"
+            print(f"crashdoc: skipped {path}: truncated or corrupt, {entries} could not be read", file=sys.stderr)
+    if args.json:
+        print(diagnoses_json(diagnoses))
+    else:
+        sys.stdout.write(diagnoses_text(diagnoses, color=sys.stdout.isatty()))
+    return 0
+
+
+def _unit_name(name: str) -> str:
+    return name if "." in name else f"{name}.service"
+
+
+def journal_file_problem(path: str) -> str | None:
+    """Why `path` cannot be read as a journal file, in words; None when it looks like one."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(len(JOURNAL_MAGIC))
+    except IsADirectoryError:
+        return f"{path} is a folder: use --directory {path}"
+    except OSError as exc:
+        return f"cannot read {path}: {exc.strerror or exc}"
+    if not head:
+        return f"{path} is empty, not a journal file"
+    if head != JOURNAL_MAGIC:
+        return f"{path} is not a journal file (a text log? use `crashdoc explain {path}`)"
+    return None

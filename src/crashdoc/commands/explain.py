@@ -1,0 +1,32 @@
+"""`crashdoc explain`: diagnose pasted logs (plain, `journalctl -o cat` or `-o short*`)."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from crashdoc.commands.pipeline import explain_texts, load_library_or_fail
+from crashdoc.errors import EXIT_OK, UserError
+
+
+def main(args: argparse.Namespace) -> int:
+    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
+    from crashdoc.sources.textlog import read_sources
+
+    library = load_library_or_fail(args.signatures)
+    paths = args.files or ["-"]
+    stdin_text = sys.stdin.buffer.read().decode("utf-8", "replace") if "-" in paths else None
+    try:
+        sources = list(read_sources(paths, stdin_text))
+    except OSError as exc:
+        raise UserError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    results = explain_texts(sources, library)
+    several = len(sources) > 1
+    for name, diagnoses in results:
+        if args.json:
+            print(diagnoses_json(diagnoses, **({"file": name} if several else {})))
+        else:
+            if several:
+                print(f"== {name}")
+            sys.stdout.write(diagnoses_text(diagnoses, color=sys.stdout.isatty()))
+    return EXIT_OK

@@ -1,0 +1,77 @@
+"""Builds an engine and feeds it: the one wiring that `run`, `diagnose` and `explain` share.
+
+`explain` has no unit on disk, so its fixes are described, not applied to a command line;
+`run` and `diagnose` read the unit's real launch command (through `remedy.fixes`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+from pathlib import Path
+
+from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.errors import UserError
+from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, Thresholds
+from crashdoc.matching.library import Library
+from crashdoc.matching.matcher import Matcher
+
+
+def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
+    """The library in `dirs` (the built-in one when None), or a UserError listing its problems."""
+    from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
+
+    folders = [Path(d) for d in dirs] if dirs else builtin_signature_dirs()
+    if not folders:
+        raise UserError("no signature library found (the package is incomplete); pass --signatures DIR")
+    try:
+        return load_library(folders)
+    except LibraryError as exc:
+        raise UserError("the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+
+
+def pasted_log_builder() -> DiagnosisBuilder:
+    """Pasted logs carry no unit to read a command line from: fixes are described, not applied to one."""
+    return DiagnosisBuilder()
+
+
+def unit_builder() -> DiagnosisBuilder:
+    """Fixes applied to the unit's real launch command, with the safety checks its signature names."""
+    from crashdoc.remedy.fixes import unit_fix_synthesizer, unit_flags
+
+    return DiagnosisBuilder(unit_fix_synthesizer(), unit_flags)
+
+
+def build_engine(
+    matcher: Matcher | Callable[[], Matcher],
+    *,
+    builder: DiagnosisBuilder,
+    thresholds: Thresholds | None = None,
+    role_of: Callable[[str], str | None] | None = None,
+) -> Engine:
+    if role_of is None:
+        return Engine(matcher, thresholds=thresholds, builder=builder)
+    return Engine(matcher, thresholds=thresholds, role_of=role_of, builder=builder)
+
+
+def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
+    for event in events:
+        if isinstance(event, LogLine):
+            engine.on_line(event)
+        else:
+            engine.on_lifecycle(event)
+
+
+def explain_text(text: str, library: Library, matcher: Matcher | None = None) -> list[Diagnosis]:
+    """Diagnose one pasted log."""
+    from crashdoc.sources.textlog import parse_text
+
+    engine = build_engine(matcher or Matcher(library), builder=pasted_log_builder())
+    feed(engine, parse_text(text).events)
+    engine.finish()
+    return engine.diagnoses()
+
+
+def explain_texts(sources: Iterable[tuple[str, str]], library: Library) -> list[tuple[str, list[Diagnosis]]]:
+    matcher = Matcher(library)
+    return [(name, explain_text(text, library, matcher)) for name, text in sources]

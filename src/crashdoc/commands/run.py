@@ -1,0 +1,74 @@
+"""`crashdoc run`: the daemon, from its configuration and command-line options."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+
+from crashdoc.errors import UserError
+
+
+def main(args: argparse.Namespace) -> int:
+    """The daemon."""
+    from crashdoc.config import ConfigError, load_config, parse_listen
+    from crashdoc.runtime.daemon import build, log
+
+    try:
+        config = load_config(args.config)
+    except ConfigError as exc:
+        raise UserError("invalid configuration, not starting:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+    overrides = {}
+    if args.state_directory:
+        overrides["state_directory"] = args.state_directory
+    if args.directory:
+        overrides["journal_directory"] = args.directory
+    if args.runbook_base_url:
+        overrides["runbook_base_url"] = args.runbook_base_url
+    if args.alertmanager_url:
+        overrides["alertmanager"] = dataclasses.replace(config.alertmanager, url=args.alertmanager_url)
+    if args.listen:
+        try:
+            parse_listen(args.listen)
+        except ValueError as exc:
+            raise UserError(f"--listen: {exc}") from exc
+        overrides["listen"] = args.listen
+    for option, url in (("--runbook-base-url", args.runbook_base_url), ("--alertmanager-url", args.alertmanager_url)):
+        if url and not url.startswith(("http://", "https://")):
+            raise UserError(f"{option}: must be an http(s) URL, got {url!r}")
+    if overrides:
+        config = dataclasses.replace(config, **overrides)
+    try:
+        daemon, http = build(config)
+    except OSError as exc:
+        raise UserError(str(exc.strerror or exc)) from exc
+    except Exception as exc:
+        from crashdoc.matching.library import LibraryError
+
+        if isinstance(exc, LibraryError):
+            raise UserError(
+                "the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)
+            ) from exc
+        raise
+    daemon.notify = sd_notify
+    daemon.config_path = args.config  # SIGHUP reads it again; the options above keep winning
+    daemon.overrides = overrides
+    daemon.prepare()
+    host, port = http.address
+    log(
+        f"watching {', '.join(r.pattern for r in config.units)}; http://{host}:{port}/metrics "
+        f"(library: {len(daemon.holder.library)} signatures, D-Bus: {'up' if daemon.health.dbus_up else 'down'})"
+    )
+    return daemon.run(http)
+
+
+def sd_notify(state: str) -> None:
+    """Tell systemd (Type=notify) we are ready / alive; a no-op outside a notify unit."""
+    if not os.environ.get("NOTIFY_SOCKET"):
+        return
+    try:
+        from systemd import daemon as sd_daemon
+
+        sd_daemon.notify(state)
+    except (ImportError, OSError):
+        pass

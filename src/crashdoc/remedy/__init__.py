@@ -1,0 +1,1 @@
+"""Fixes: the unit's launch command parsed, rewritten and checked for safety."""

@@ -1,0 +1,1 @@
+"""`crashdoc run`: the daemon's loop, effects and HTTP view, wired from the layers below."""

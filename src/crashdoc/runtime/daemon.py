@@ -1,0 +1,646 @@
+"""`crashdoc run`: wires journal, D-Bus, the engine and the outputs together.
+
+One thread owns the engine and runs a select loop over the journal's inotify fd, the D-Bus
+fd and a wake-up pipe (library reloads, signals). The HTTP server and the Alertmanager
+sender run in their own threads and read under the same lock. Decisions belong to the
+engine; this module only moves events between parts and keeps time.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import selectors
+import signal
+import sys
+import threading
+import time
+import traceback
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from crashdoc.config import Config, ConfigError, load_config
+from crashdoc.diagnosis.engine import Engine, EngineEvent
+from crashdoc.events import LifecycleRecord, LogLine, UnitState
+from crashdoc.matching.library import builtin_signature_dirs
+from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
+from crashdoc.outputs import html as pages
+from crashdoc.outputs.http import HttpServer
+from crashdoc.outputs.journal_records import JournalRecorder, recorded_event_ids
+from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
+from crashdoc.outputs.render import diagnoses_json
+from crashdoc.redact import redact
+from crashdoc.sources.cursor import CursorStore, entries_between
+from crashdoc.sources.files import UnitFilesWatcher
+from crashdoc.sources.journal import JournalSource, UnitFilter
+from crashdoc.sources.units import UnitWatcher
+
+BATCH = 2000  # journal entries per read
+DRAIN_BUDGET = 0.5  # seconds of reading before ticks, D-Bus and wake-ups get a turn (a flood, a backlog)
+BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald delays wake-ups up to 250 ms)
+IDLE_TIMEOUT = 1.0
+BUSY_PERIOD = 3.0
+SAVE_INTERVAL = 1.0
+# What a configuration reload (SIGHUP) can change while running, and what is kept until a restart
+LIVE_SETTINGS = ("units", "thresholds", "runbook_base_url", "signature_folders", "builtin_signatures")
+RESTART_SETTINGS = ("listen", "state_directory", "journal_directory", "alertmanager", "instance", "dbus")
+LAG_PROBE_INTERVAL = 1.0  # while behind, look up the newest entry's time this often (for the lag metric)
+RECORDED = frozenset({"loop-started", "loop-updated", "failed", "recovered", "stopped"})  # events with effects
+
+
+def log(message: str) -> None:
+    print(f"crashdoc: {redact(message)}", file=sys.stderr, flush=True)
+
+
+def stderr_is_journal() -> bool:
+    """Under systemd, stderr goes to journald ($JOURNAL_STREAM names it): a record already says it all."""
+    stream = os.environ.get("JOURNAL_STREAM", "")
+    try:
+        st = os.fstat(sys.stderr.fileno())
+    except (OSError, ValueError):
+        return False
+    return stream == f"{st.st_dev}:{st.st_ino}"
+
+
+@dataclass(slots=True)
+class Daemon:
+    config: Config
+    holder: LibraryHolder
+    engine: Engine
+    source: JournalSource
+    store: CursorStore
+    watcher: UnitWatcher | None
+    recorder: JournalRecorder
+    health: Health = field(default_factory=Health)
+    lock: threading.Lock = field(default_factory=threading.Lock)
+    alerts: object | None = None  # outputs.alerts.AlertSender when configured
+    files: UnitFilesWatcher | None = None
+    unit_files: Callable[[UnitState], list[str]] = lambda state: []
+    _file_events: deque[tuple[str, str, float]] = field(default_factory=lambda: deque(maxlen=1000))
+    notify: Callable[[str], None] = lambda state: None
+    config_path: str | None = None  # `crashdoc run --config FILE`: read again on SIGHUP
+    overrides: dict[str, object] = field(default_factory=dict)  # command-line options: they win over the file
+    _stop: bool = False
+    _reload_requested: bool = False
+    _config_reload_requested: bool = False
+    _library_watcher: LibraryWatcher | None = None
+    _wake_w: int = -1
+    _busy_until: float = 0.0
+    _behind: bool = False  # the last drain stopped for its time budget: more to read at once
+    _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
+    _last_save: float = 0.0
+    _lag_probe_at: float = 0.0
+    _dirty: bool = False
+    _registry: object | None = None
+    _stderr_is_journal: bool = field(default_factory=stderr_is_journal)
+
+    # --- the HTTP view (read under the lock) ---------------------------------------------
+
+    def metrics(self) -> bytes:
+        return exposition(self._registry)
+
+    def diagnoses_json(self, unit: str | None) -> str:
+        with self.lock:
+            return diagnoses_json(self.engine.diagnoses([unit] if unit else None))
+
+    def unit_page(self, unit: str) -> bytes | None:
+        with self.lock:
+            rec = self.engine.units().get(unit)
+            if rec is None:
+                return None
+            d = rec.diagnosis or rec.last_diagnosis
+            sig = self.holder.library.get(d.signature) if d is not None and d.signature else None
+            return pages.unit_page(rec, sig)
+
+    def runbook_page(self, signature: str) -> bytes | None:
+        with self.lock:
+            sig = self.holder.library.get(signature)
+            return None if sig is None else pages.runbook_page(sig, self.engine.units().values())
+
+    def index_page(self) -> bytes:
+        with self.lock:
+            return pages.index_page(self.engine.units().values())
+
+    def health_status(self) -> tuple[bool, dict[str, object]]:
+        h = self.health
+        detail = {
+            "dbus_up": h.dbus_up,
+            "journal_lag_seconds": h.journal_lag_seconds,
+            "journal_last_entry_timestamp": h.journal_last_entry_timestamp,
+            "journal_entries_skipped": h.journal_entries_skipped,
+            "journal_read_errors": h.journal_read_errors,
+            "signatures_loaded": h.signatures_loaded,
+            "state_writable": h.state_writable,
+            "last_state_error": self.store.last_error,
+            "last_dbus_error": self.watcher.last_error if self.watcher else "disabled",
+        }
+        return True, detail
+
+    def runbook_url(self, signature: str | None, unit: str) -> str:
+        base = (self.config.runbook_base_url or f"http://{_display_host(self.config.listen)}").rstrip("/")
+        return f"{base}/runbook/{signature}" if signature else f"{base}/units/{unit}"
+
+    # --- lifecycle -----------------------------------------------------------------------
+
+    def prepare(self) -> None:
+        self._registry = make_registry(CrashdocCollector(self.engine.units, self.health, self.lock))
+        self.health.started_at = time.time()
+        self.health.signatures_loaded = len(self.holder.library)
+        saved = self.store.load()
+        if saved.warning:
+            log(saved.warning)
+        resumed = bool(saved.cursor) and self.source.seek_cursor(saved.cursor or "")
+        if resumed:
+            if self.source.cursor_gone:
+                log(
+                    "the saved journal position is gone (rotated away and vacuumed while crashdoc was not "
+                    "running, or a new journal): going on with the oldest entry after it"
+                )
+            self._restore(saved.blob, saved.saved_at)
+        else:
+            if saved.cursor:
+                log("the saved cursor cannot be used; starting at the journal's end")
+            self.source.seek_tail()
+        if self.watcher is not None:
+            if self.watcher.connect():
+                self.health.dbus_up = True
+                for unit in self.watcher.discover():
+                    self.engine.watch(unit)
+                    if resumed:
+                        self._stale.add(unit)  # D-Bus says "now": after the backlog since the cursor
+                    else:
+                        self._refresh_unit(unit)
+                        self._catch_up(unit)
+            else:
+                log(f"{self.watcher.last_error}; working from the journal alone until it comes back")
+
+    def _catch_up(self, unit: str) -> None:
+        """A run already in progress when crashdoc starts: read what it logged so far (was it ready?)."""
+        state = self.engine.units()[unit].state
+        if state is None or not state.invocation or state.active_state not in ("active", "activating", "reloading"):
+            return
+        for line in self.source.run_so_far(unit, state.invocation):
+            self.engine.on_line(line)
+        self.engine.events()  # history, not news: no records or alerts for it
+
+    def _restore(self, blob: bytes, saved_at: float) -> None:
+        """Pick up exactly where the last crashdoc stopped: its state at the saved cursor."""
+        if not blob:
+            log("resuming the journal after the saved cursor (no saved state: counters start at 0)")
+            return
+        try:
+            self.engine.restore(blob)
+        except ValueError as exc:
+            log(f"the saved state cannot be used ({exc}); resuming the journal with empty counters")
+            return
+        # effects between the last save and a kill are redone on resume: skip records already written
+        self.recorder.seen |= recorded_event_ids(saved_at - 3600, self.config.journal_directory)
+        units = self.engine.units()
+        looping = sum(1 for r in units.values() if r.crashloop)
+        log(f"resuming after the saved cursor with the saved state: {len(units)} unit(s), {looping} looping")
+
+    def run(self, http: HttpServer | None) -> int:
+        sel = selectors.DefaultSelector()
+        wake_r, self._wake_w = os.pipe()
+        os.set_blocking(wake_r, False)
+        os.set_blocking(self._wake_w, False)
+        sel.register(wake_r, selectors.EVENT_READ, "wake")
+        sel.register(self.source.fileno(), selectors.EVENT_READ, "journal")
+        dbus_fd = self._register_dbus(sel, None)
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: self.request_stop())
+        signal.signal(signal.SIGHUP, lambda *_: self.request_reload(config=True))
+        self._library_watcher = LibraryWatcher(self.holder.folders, self.request_reload)
+        self._library_watcher.start()
+        if self.files is not None:
+            self.files.start()
+        if http is not None:
+            http.start()
+        self.notify("READY=1\nSTATUS=watching " + ", ".join(r.pattern for r in self.config.units))
+        try:
+            self._behind = not self._drain()
+            while not self._stop:
+                try:
+                    dbus_fd = self._iteration(sel, wake_r, dbus_fd)
+                except Exception as exc:  # a bug must not take the on-call tool down with it
+                    self.health.loop_errors += 1
+                    log(f"internal error, continuing: {type(exc).__name__}: {exc}\n{traceback.format_exc()}")
+                    time.sleep(min(5.0, 0.1 * self.health.loop_errors))  # never spin on a repeating error
+                self.notify("WATCHDOG=1")
+        finally:
+            self.notify("STOPPING=1")
+            self._library_watcher.stop()
+            if self.files is not None:
+                self.files.stop()
+            if http is not None:
+                http.stop()
+            self._save(force=True)
+            if self.alerts is not None:
+                self.alerts.stop()  # type: ignore[attr-defined]
+            os.close(wake_r)
+            os.close(self._wake_w)
+        return 0
+
+    def _iteration(self, sel: selectors.BaseSelector, wake_r: int, dbus_fd: int | None) -> int | None:
+        """One turn of the loop: wait for the journal, D-Bus or a wake-up, then catch up."""
+        timeout = 0.0 if self._behind else BUSY_TIMEOUT if time.monotonic() < self._busy_until else IDLE_TIMEOUT
+        for key, _ in sel.select(timeout):
+            if key.data == "wake":
+                try:
+                    os.read(wake_r, 4096)
+                except BlockingIOError:
+                    pass
+            elif key.data == "journal":
+                self.source.process()
+            elif key.data == "dbus":
+                self._dbus_ready()
+        if self._reload_requested:
+            self._reload_requested = False
+            if self._config_reload_requested:
+                self._config_reload_requested = False
+                self._reload_config()
+            self._reload()
+        self._apply_file_events()
+        self._behind = not self._drain()
+        self._tick()
+        return self._register_dbus(sel, dbus_fd)
+
+    def request_stop(self) -> None:
+        self._stop = True
+        self._wake()
+
+    def request_reload(self, config: bool = False) -> None:
+        """A signature file changed (the watcher's thread), or SIGHUP (`config`: the configuration file too)."""
+        self._reload_requested = True
+        self._config_reload_requested |= config
+        self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self._wake_w, b"x")
+        except OSError:
+            pass
+
+    # --- the loop's steps ----------------------------------------------------------------
+
+    def _drain(self) -> bool:
+        """Read what the journal has, batch by batch; decisions and the cursor saved, then effects.
+
+        True once caught up; False when it stopped for its time budget with more to read, so that
+        a flood or a long backlog does not starve the ticks (quiet tracebacks, ended runs, recovery)
+        and D-Bus: the loop then comes straight back.
+        """
+        deadline = time.monotonic() + DRAIN_BUDGET
+        while not self._stop:
+            before, entries, errors = self.source.cursor, self.source.stats.entries, self.source.stats.errors
+            events = self.source.read(BATCH)
+            self._account(before, entries, errors)
+            if events:
+                with self.lock:
+                    for event in events:
+                        if isinstance(event, LogLine):
+                            self.engine.on_line(event)
+                        else:
+                            self._on_lifecycle(event)
+                self._busy_until = time.monotonic() + BUSY_PERIOD
+            if self.source.at_end and self._stale:
+                self._refresh_stale()
+            effects = self._act()
+            if self.source.cursor != self.store.last_saved:
+                self._dirty = True
+            self._update_journal_health()
+            self._save(force=effects)  # right after effects: a kill now would redo as little as possible
+            if self.source.at_end:
+                return True
+            if time.monotonic() >= deadline:
+                return False
+            self.notify("WATCHDOG=1")  # a long backlog (start-up, a flood) is progress, not a hang
+        return True
+
+    def _on_lifecycle(self, record: LifecycleRecord) -> None:
+        self.engine.on_lifecycle(record)
+        if self.watcher is not None:
+            self._stale.add(record.unit)
+
+    def _refresh_stale(self) -> None:
+        """Read the units D-Bus or PID 1 said something about, now that the journal is caught up.
+
+        D-Bus tells how things are now, the journal how they came to be: applied to an engine still
+        replaying a backlog (a restart, a flood), "now" lands before the past and the past is then
+        misread (a stopped unit's old crashes start a new loop, which the stop then ends again).
+        """
+        if self.watcher is None or not self.watcher.up:
+            return
+        with self.lock:
+            while self._stale and self.watcher.up:
+                self._refresh_unit(self._stale.pop())
+
+    def _refresh_unit(self, unit: str) -> None:
+        assert self.watcher is not None
+        state = self.watcher.state(unit)
+        self.health.dbus_up = self.watcher.up
+        if state is None:
+            return
+        self.engine.on_unit_state(state)
+        if self.files is not None and state.loaded:
+            for path, mtime in self.files.set_unit_files(unit, self.unit_files(state)):
+                self.engine.on_file_changed(unit, path, mtime)
+
+    def file_changed(self, unit: str, path: str, at: float) -> None:
+        """From the file watcher's thread: queue it for the loop."""
+        self._file_events.append((unit, path, at))
+        self._wake()
+
+    def _apply_file_events(self) -> None:
+        while self._file_events:
+            unit, path, at = self._file_events.popleft()
+            with self.lock:
+                self.engine.on_file_changed(unit, path, at)
+
+    def _dbus_ready(self) -> None:
+        assert self.watcher is not None
+        changed = self.watcher.process()
+        self.health.dbus_up = self.watcher.up
+        if changed:
+            # systemd tells D-Bus at once, journald wakes readers up to 250 ms later: read now (the drain
+            # reads the changed units over D-Bus once caught up with the journal)
+            with self.lock:
+                for unit in changed:
+                    self.engine.watch(unit)
+            self._stale |= changed
+            self._behind = not self._drain()
+            self._busy_until = time.monotonic() + BUSY_PERIOD
+
+    def _register_dbus(self, sel: selectors.BaseSelector, current: int | None) -> int | None:
+        if self.watcher is None:
+            return None
+        if not self.watcher.up:
+            if current is not None:
+                try:
+                    sel.unregister(current)
+                except (KeyError, ValueError):
+                    pass
+                current = None
+            if self.watcher.maybe_reconnect():
+                log("D-Bus is back")
+                with self.lock:
+                    for unit in self.watcher.discover():
+                        self.engine.watch(unit)
+                        self._stale.add(unit)  # read once the journal is caught up
+            self.health.dbus_up = self.watcher.up
+        fd = self.watcher.fileno() if self.watcher.up else None
+        if fd is not None and fd != current:
+            if current is not None:
+                try:
+                    sel.unregister(current)
+                except (KeyError, ValueError):
+                    pass
+            sel.register(fd, selectors.EVENT_READ, "dbus")
+            return fd
+        return current
+
+    def _tick(self) -> None:
+        # while a backlog is read, it is the journal's time, not the clock's: a run in the backlog must not
+        # look as old as the clock says (recovered, a traceback quiet, an ended run settled too soon)
+        now = self.source.stats.last_timestamp if self._behind and self.source.stats.last_timestamp else time.time()
+        with self.lock:
+            self.engine.tick(now)
+        self._act()
+        if self.alerts is not None:
+            self.alerts.tick()  # type: ignore[attr-defined]
+
+    def _reload_config(self) -> None:
+        """SIGHUP: read the configuration file again. What can change live takes effect now (LIVE_SETTINGS);
+        the rest is kept, and logged, until a restart. An invalid file is rejected with its problems as
+        file:line, counted, and the configuration in use stays."""
+        if self.config_path is None:
+            log("SIGHUP: no configuration file (--config) to read again; reloading the signature library")
+            return
+        try:
+            new = dataclasses.replace(load_config(self.config_path), **self.overrides)
+        except ConfigError as exc:
+            self.health.config_reload_errors += 1
+            self.health.config_reload_ok = False
+            problems = "\n".join(f"  {p}" for p in exc.problems)
+            log(f"configuration reload rejected, the previous configuration stays active:\n{problems}")
+            return
+        old = self.config
+        live = [name for name in LIVE_SETTINGS if getattr(new, name) != getattr(old, name)]
+        later = [name for name in RESTART_SETTINGS if getattr(new, name) != getattr(old, name)]
+        self.config = dataclasses.replace(new, **{name: getattr(old, name) for name in RESTART_SETTINGS})
+        with self.lock:
+            if "thresholds" in live:
+                self.engine.thresholds = new.thresholds
+                for rec in self.engine.units().values():
+                    rec.loop.thresholds = new.thresholds
+            if "units" in live:
+                self._rewatch(new)
+        if "signature_folders" in live or "builtin_signatures" in live:
+            self.holder.folders = library_folders(new)
+            if self._library_watcher is not None:
+                self._library_watcher.stop()
+                self._library_watcher = LibraryWatcher(self.holder.folders, self.request_reload)
+                self._library_watcher.start()
+        self.health.config_reloads += 1
+        self.health.config_reload_ok = True
+        log(
+            f"configuration reloaded from {self.config_path}: "
+            + (", ".join(live) + " changed" if live else "nothing that applies live changed")
+        )
+        for name in later:
+            log(
+                f"{name} changed in {self.config_path}: it takes effect when crashdoc restarts "
+                f"(still {getattr(old, name)!r})"
+            )
+
+    def _rewatch(self, config: Config) -> None:
+        """New watch rules: units no longer watched are forgotten (their metrics and alerts go), the roles of
+        the others follow the rules, and newly watched units are looked up on D-Bus (their lines count from
+        now on)."""
+        self.source.rewatch(config.units)
+        role_of = self.source.units.role_of
+        units = self.engine.units()
+        for name in [n for n in units if role_of(n) is None]:
+            del units[name]
+            if self.files is not None:
+                self.files.set_unit_files(name, [])
+        for name, rec in units.items():
+            rec.role = role_of(name) or rec.role
+        if self.watcher is not None and self.watcher.up:
+            for unit in self.watcher.discover():
+                self.engine.watch(unit)
+                self._refresh_unit(unit)
+
+    def _reload(self) -> None:
+        with self.lock:
+            self.holder.reload()
+            self.health.signatures_loaded = len(self.holder.library)
+            self.health.signature_reloads = self.holder.reloads
+            self.health.signature_reload_errors = self.holder.errors
+
+    def _act(self) -> bool:
+        """Carry out what the engine decided; True if that had effects (journal records).
+
+        Decisions with effects are saved first, with the engine's state and the cursor: the
+        snapshot keeps them as an outbox. A kill before that save redoes them from the journal;
+        a kill after it hands them out again on restart and the recorder skips the records the
+        journal already holds. Saving only after the effects would lose that for decisions a
+        journal replay does not redo (a D-Bus change, a tick: dated by the clock, they come out
+        of a restarted crashdoc as new events).
+        """
+        with self.lock:
+            outbox = any(event.kind in RECORDED for event in self.engine.pending())
+        if outbox:
+            self._dirty = True
+            self._save(force=True)
+        with self.lock:
+            effects = self._emit(self.engine.events())
+        if effects:
+            self._dirty = True  # the outbox on disk is stale now; the next save empties it
+        return effects
+
+    def _emit(self, events: list[EngineEvent]) -> bool:
+        """Effects of what the engine decided: journal records, alert state, latency. True if any."""
+        effects = False
+        for event in events:
+            if event.kind in RECORDED:
+                effects = True
+                recorded = self.recorder.record(event)
+                if recorded:
+                    self.health.journal_records_written = self.recorder.written
+                elif self.recorder.last_error:
+                    log(self.recorder.last_error)
+                    self.recorder.last_error = ""
+                else:
+                    continue  # handed out again after a restart and already in the journal: done before
+                quiet = recorded and self._stderr_is_journal  # the record is already in the journal
+                if event.kind in ("loop-started", "failed") and event.diagnosis is not None:
+                    crash_at = event.diagnosis.timestamp or event.at
+                    self.health.diagnosis_latency.observe(max(0.0, time.time() - crash_at))
+                    d = event.diagnosis
+                    if not quiet:
+                        log(f"{event.unit} is crash-looping: {d.root_cause.line or d.title} -- fix: {d.fix.summary}")
+                elif event.kind == "recovered" and not quiet:
+                    log(f"{event.unit} recovered")
+        if self.alerts is not None and events:
+            self.alerts.update(self._active_alerts())  # type: ignore[attr-defined]
+        return effects
+
+    def _active_alerts(self) -> dict[str, object]:
+        return {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
+
+    def _account(self, before: str | None, entries: int, errors: int) -> None:
+        """Say what one read skipped: entries gone before they could be read (their sequence numbers
+        jump: rotated away and vacuumed, a file dropped), and entries that could not be read."""
+        stats = self.source.stats
+        written = entries_between(before, self.source.cursor)
+        gone = 0 if written is None else written - (stats.entries - entries)
+        if gone > 0:
+            self.health.journal_entries_skipped += gone
+            log(f"{gone} journal entries were gone before they could be read (rotated away and vacuumed?)")
+        if stats.errors > errors:
+            log(f"skipped {stats.errors - errors} unreadable journal entries ({stats.last_error})")
+
+    def _update_journal_health(self) -> None:
+        """The journal's vital signs. The lag is how far the entry read last is behind the newest one
+        written: 0 once caught up; while behind, the newest entry's time is looked up (a second reader)."""
+        stats = self.source.stats
+        h = self.health
+        h.journal_entries_read = stats.entries
+        h.journal_read_errors = stats.errors
+        if stats.last_timestamp:
+            h.journal_last_entry_timestamp = stats.last_timestamp
+        if self.source.at_end or not stats.last_timestamp:
+            h.journal_lag_seconds = 0.0
+        elif time.monotonic() >= self._lag_probe_at:
+            self._lag_probe_at = time.monotonic() + LAG_PROBE_INTERVAL
+            newest = self.source.newest_timestamp()
+            if newest is not None:
+                h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
+
+    def _save(self, force: bool = False) -> None:
+        now = time.monotonic()
+        if not self._dirty or (not force and now - self._last_save < SAVE_INTERVAL):
+            return
+        cursor = self.source.cursor
+        if cursor is None:
+            return
+        with self.lock:
+            blob = self.engine.snapshot()
+        ok = self.store.save(cursor, blob=blob)
+        if not ok and self.health.state_writable:
+            log(f"{self.store.last_error}; diagnosing in memory only")
+        elif ok and not self.health.state_writable:
+            log(f"the state is saved again in {self.store.directory}")
+        self.health.state_writable = ok
+        self.health.state_write_errors = self.store.write_errors
+        self._last_save = now
+        self._dirty = not ok
+
+
+def _display_host(listen: str) -> str:
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        import socket
+
+        host = socket.gethostname()
+    return f"{host}:{port}"
+
+
+def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
+    """Assemble a daemon from a configuration (the CLI's `run`)."""
+    from crashdoc.commands.pipeline import build_engine, unit_builder
+    from crashdoc.remedy.fixes import unit_files
+
+    holder = LibraryHolder(library_folders(config), log=log)
+    own = _own_unit()
+    units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
+    engine = build_engine(
+        lambda: holder.matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder()
+    )
+    source = JournalSource(units, directory=config.journal_directory)
+    store = CursorStore(config.state_directory)
+    watcher = UnitWatcher(units) if config.dbus else None
+    daemon = Daemon(config, holder, engine, source, store, watcher, JournalRecorder(), unit_files=unit_files)
+    if watcher is not None:
+        daemon.files = UnitFilesWatcher(daemon.file_changed)
+    daemon.recorder.runbook_url = daemon.runbook_url
+    if config.alertmanager.url:
+        from crashdoc.outputs.alerts import AlertSender
+
+        am = config.alertmanager
+        daemon.alerts = AlertSender(
+            am.url, config.instance, daemon.runbook_url, daemon.health, am.resend_interval, am.timeout, log=log
+        )
+    host, port = _parse(listen or config.listen)
+    http = HttpServer(daemon, host, port)
+    return daemon, http
+
+
+def library_folders(config: Config) -> list[Path]:
+    return [
+        *(builtin_signature_dirs() if config.builtin_signatures else []),
+        *(Path(f) for f in config.signature_folders),
+    ]
+
+
+def _parse(listen: str) -> tuple[str, int]:
+    from crashdoc.config import parse_listen
+
+    return parse_listen(listen)
+
+
+def _own_unit() -> str | None:
+    """The unit crashdoc itself runs in, from /proc/self/cgroup: its records must never feed it."""
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        path = line.rsplit(":", 1)[-1]
+        for part in reversed(path.split("/")):
+            if part.endswith(".service"):
+                return part
+    return None

@@ -1,0 +1,1 @@
+"""Helpers shared by the tests (builders, drivers, sandbox runners); no test imports another test."""

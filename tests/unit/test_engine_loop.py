@@ -1,0 +1,376 @@
+"""Crash-loop semantics of the engine, fed with the records systemd 252 really writes.
+
+These run without a systemd: they pin down the state machine (startup loops, runtime loops,
+slow starters, recovery, flapping, start limit, clean stops, OOM kills, config changes) on
+exact event sequences. The same behaviours are checked on a real private systemd in
+test_e2e_loops.py.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+
+from crashdoc.diagnosis.crashloop import LoopState
+from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
+from crashdoc.matching.library import load_library
+from crashdoc.matching.matcher import Matcher
+from crashdoc.remedy.fixes import unit_flags
+from support.journal_files import TRACEBACK as DSV4_TRACEBACK
+
+LIBRARY = load_library([Path(__file__).parent.parent / "fixtures" / "signatures"])
+UNIT = "sglang-prefill.service"
+SCRIPT = "/opt/sglang/prefill.sh"
+
+
+class Host:
+    """Feeds an engine the way the journal source would, with a clock."""
+
+    def __init__(self, thresholds: Thresholds | None = None, files: dict[str, str] | None = None) -> None:
+        self.files = files or {}
+        builder = DiagnosisBuilder(flags_of=lambda argv: unit_flags(argv, self.read))
+        self.engine = Engine(Matcher(LIBRARY), thresholds=thresholds or Thresholds(recovery=10), builder=builder)
+        self.t = 1_800_000_000.0
+        self.runs = 0
+        self.restarts = 0
+
+    def read(self, path: str) -> str:
+        if path not in self.files:
+            raise FileNotFoundError(path)
+        return self.files[path]
+
+    def pid1(self, kind: Lifecycle, **fields: object) -> None:
+        self.engine.on_lifecycle(LifecycleRecord(UNIT, kind, self.t, invocation=f"inv{self.runs}", **fields))
+
+    def start(self) -> None:
+        self.runs += 1
+        self.pid1(Lifecycle.STARTED)
+
+    def line(self, text: str, pid: int = 100) -> None:
+        self.engine.on_line(LogLine(UNIT, pid + self.runs, text, self.t, f"inv{self.runs}"))
+
+    def ready(self) -> None:
+        self.line("[2026-05-01 12:00:09] The server is fired up and ready to roll!")
+
+    def crash(
+        self,
+        lines: list[str] = DSV4_TRACEBACK,
+        code: str = "killed",
+        status: str = "KILL",
+        result: str = "signal",
+        restart: bool = True,
+    ) -> None:
+        for text in lines:
+            self.line(text, pid=200)
+        self.t += 0.2
+        self.pid1(Lifecycle.EXITED, exit_code=code, exit_status=status)
+        self.pid1(Lifecycle.FAILED, result=result)
+        if restart:
+            self.t += 1
+            self.restarts += 1
+            self.pid1(Lifecycle.RESTART_SCHEDULED, n_restarts=self.restarts)
+
+    def wait(self, seconds: float) -> None:
+        end = self.t + seconds
+        while self.t < end:
+            self.t = min(end, self.t + 1)
+            self.engine.tick(self.t)
+
+    @property
+    def rec(self):
+        return self.engine.units()[UNIT]
+
+    def kinds(self) -> list[str]:
+        return [e.kind for e in self.engine.events()]
+
+
+def test_two_crashes_before_ready_make_a_loop_with_one_diagnosis() -> None:
+    h = Host()
+    h.start()
+    h.crash()
+    assert not h.rec.crashloop
+    h.start()
+    h.crash()
+    assert h.rec.crashloop
+    kinds = h.kinds()
+    assert kinds.count("loop-started") == 1
+    [d] = h.engine.diagnoses()  # what /diagnoses and --json show
+    assert d.signature == "dsv4-hicache-size-unsupported" and d.crashes == 2 and d.confidence == 1.0
+    assert d.restarts == 2, "restarts is systemd's NRestarts now, not when the loop was diagnosed"
+    assert "main process killed by SIGKILL (SGLang's launcher kills its whole process tree" in " ".join(d.evidence)
+    for _ in range(5):  # the loop goes on: no second loop-started, no new record unless the cause changes
+        h.start()
+        h.crash()
+    assert "loop-started" not in h.kinds()
+    assert h.rec.restarts_total == 7 and h.rec.crashes_by_signature["dsv4-hicache-size-unsupported"] == 7
+
+
+def test_slow_starter_dying_every_eight_minutes_while_loading_is_a_loop() -> None:
+    h = Host(Thresholds(recovery=120))
+    for _ in range(2):
+        h.start()
+        h.line("[2026-05-01 12:00:00] server_args={'model_path': 'deepseek-ai/DeepSeek-V4', 'tp_size': 2}")
+        h.line("[2026-05-01 12:00:01 TP0] Load weight begin. avail mem=78.31 GB")
+        h.wait(8 * 60)  # loading weights for eight minutes, longer than the recovery window
+        assert h.rec.loop.state is not LoopState.RECOVERED
+        h.crash()
+    assert h.rec.crashloop
+
+
+def test_runtime_crashes_after_ready_need_three_within_the_window() -> None:
+    h = Host(Thresholds(recovery=10, runtime_crashes=3, runtime_window=600))
+    for i in range(3):
+        h.start()
+        h.ready()
+        h.wait(30)
+        h.crash(
+            [
+                "[2026-05-01 12:05:00 TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                '  File "/x/sglang/srt/managers/scheduler.py", line 1, in event_loop',
+                "RuntimeError: Decode out of memory. Try to lower your batch size.",
+                "",
+            ]
+        )
+        assert h.rec.crashloop == (i == 2)
+    assert h.rec.diagnosis.signature is None  # not in the small test library: an unknown, still diagnosed
+    assert h.rec.diagnosis.root_cause.line == "RuntimeError: Decode out of memory. Try to lower your batch size."
+    assert h.rec.diagnosis.category == "memory"
+
+
+def test_recovery_needs_a_ready_run_through_the_window_and_a_quick_relapse_is_the_same_loop() -> None:
+    h = Host(Thresholds(recovery=10, flap_window=600))
+    h.line("[2026-05-01 12:00:00] server_args={'model_path': 'deepseek-ai/DeepSeek-V4', 'tp_size': 2}")
+    for _ in range(2):
+        h.start()
+        h.crash()
+    started = h.rec.loop.loop_started_at
+    h.kinds()
+    h.start()
+    h.wait(30)
+    assert h.rec.crashloop, "an SGLang run that never said ready has not recovered"
+    h.ready()
+    h.wait(11)
+    assert not h.rec.crashloop and h.rec.loop.state is LoopState.RECOVERED
+    assert h.kinds() == ["recovered"]
+    h.crash()  # the recovered run dies after all, and the next two never get ready
+    for _ in range(2):
+        h.start()
+        h.crash()
+    assert h.rec.crashloop and h.rec.loop.loop_started_at == started
+    assert "loop-started" not in h.kinds(), "flapping must not raise a new loop"
+
+
+def test_start_limit_hit_marks_the_unit_failed() -> None:
+    h = Host()
+    for _ in range(3):
+        h.start()
+        h.crash()
+    h.pid1(Lifecycle.START_LIMIT_HIT, result="start-limit-hit")
+    assert h.rec.failed and h.rec.crashloop
+    assert "failed" in h.kinds()
+
+
+def test_a_stop_on_request_is_not_a_crash_and_ends_the_loop() -> None:
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.crash()
+    h.start()
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="TERM")
+    h.pid1(Lifecycle.DEACTIVATED)
+    h.engine.on_unit_state(UnitState(UNIT, active_state="inactive", sub_state="dead", n_restarts=0))
+    assert h.rec.crashes_total == 2
+    assert not h.rec.crashloop and h.rec.loop.state is LoopState.STOPPED
+    assert h.rec.n_restarts == 0 and h.rec.restarts_total == 2
+
+
+def test_an_oom_kill_wins_over_the_launchers_scheduler_died_message() -> None:
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.t += 1
+        h.engine.on_lifecycle(
+            LifecycleRecord(
+                UNIT,
+                Lifecycle.OOM_KILL,
+                h.t,
+                message="oom-kill:constraint=CONSTRAINT_MEMCG,task_memcg=/system.slice/sglang-prefill.service,task=python3",
+            )
+        )
+        h.crash(
+            [
+                "Traceback (most recent call last):",
+                '  File "/x/sglang/srt/entrypoints/engine.py", line 2029, in _wait_for_scheduler_ready',
+                "RuntimeError: Rank 0 scheduler died during initialization (exit code: -9). If exit code is -9 "
+                "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check.",
+            ],
+            code="exited",
+            status="1",
+            result="exit-code",
+        )
+    d = h.rec.diagnosis
+    assert d.signature == "test-oom-killed" and d.category == "memory"
+    assert any(e.startswith("kernel: oom-kill:") for e in d.evidence)
+    assert any("Rank 0 scheduler died" in e for e in d.evidence)
+
+
+@pytest.mark.parametrize("old_value", ["--hicache-ratio 2.0"])
+def test_config_change_between_a_good_run_and_the_loop_is_reported_with_the_flag_diff(old_value: str) -> None:
+    good = f"#!/bin/bash\nexec python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V4 {old_value}\n"
+    bad = "#!/bin/bash\nexec python -m sglang.launch_server --model-path deepseek-ai/DeepSeek-V4 --hicache-size 150\n"
+    h = Host(Thresholds(recovery=10), files={SCRIPT: good})
+    state = UnitState(UNIT, active_state="active", sub_state="running", exec_start=(SCRIPT,), n_restarts=0)
+    h.engine.on_unit_state(state)
+    h.start()
+    h.ready()
+    h.wait(20)
+    assert h.rec.last_good is not None
+    h.files[SCRIPT] = bad
+    h.engine.on_file_changed(UNIT, SCRIPT, h.t)
+    h.wait(12)
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="TERM")
+    h.pid1(Lifecycle.DEACTIVATED)
+    for _ in range(2):
+        h.start()
+        h.crash()
+    d = h.rec.diagnosis
+    assert d.config_change is not None
+    assert d.config_change["path"] == SCRIPT and d.config_change["added"] == ["--hicache-size 150"]
+    assert d.config_change["removed"] == ["--hicache-ratio 2.0"]
+    assert d.evidence[0].startswith(f"crash loop began 12 s after {SCRIPT} changed: + --hicache-size 150")
+
+
+def test_line_level_failures_are_counted_without_a_crash() -> None:
+    h = Host()
+    h.start()
+    h.ready()
+    for _ in range(3):
+        h.line(
+            "[2026-05-01 12:00:03 TP0] Decode handshake failed for request rank=0 decode_req.req.rid='a' "
+            "with exception KVTransferError(bootstrap_room=1): Lost connection with prefill instance"
+        )
+    assert h.rec.line_failures["test-kv-transfer-failed"] == 3
+    assert not h.rec.crashloop
+    h.engine.finish()
+    [d] = h.engine.diagnoses()
+    assert d.signature == "test-kv-transfer-failed" and d.severity == "warning" and d.crashes == 3
+
+
+def test_an_unknown_error_is_one_group_across_restarts_pids_and_ranks() -> None:
+    h = Host()
+    for run in range(3):
+        h.start()
+        lines = []
+        for rank in range(2):  # both ranks raise it, with their own GPU number and a pointer in the message
+            head = f"[2026-05-01 12:00:0{run} TP{rank}] Scheduler hit an exception: "
+            lines += [
+                head + "Traceback (most recent call last):",
+                '  File "/x/sglang/srt/layers/moe/fused_moe.py", line 88, in forward',
+                f"SomeNewError: launch failed on GPU {rank} at 0x7f{run}a{rank}0 after {run * 7 + 3} tries",
+                "",
+            ]
+        h.crash(lines)
+    rec = h.rec
+    assert rec.crashes_by_signature == {"unknown": 3}
+    [d] = h.engine.diagnoses()
+    assert d.signature is None and d.crashes == 3 and len(d.fingerprint) == 16
+    assert d.category == "other" and d.root_cause.type == "SomeNewError"
+    assert d.confidence < 1.0, "an unknown error is what raised, not surely the cause"
+
+
+def test_a_traceback_that_arrives_after_pid1s_record_is_not_lost_and_counters_never_go_down() -> None:
+    """journald reads a flooding unit lazily: PID 1's end-of-run records can come first."""
+    h = Host()
+    h.start()
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="KILL")
+    h.pid1(Lifecycle.FAILED, result="signal")
+    for text in DSV4_TRACEBACK:  # within the grace: the crash is counted once, under its signature
+        h.line(text, pid=200)
+    h.wait(2)
+    assert h.rec.crashes_by_signature == {"dsv4-hicache-size-unsupported": 1}
+
+    h.start()
+    h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="KILL")
+    h.pid1(Lifecycle.FAILED, result="signal")
+    h.wait(5)  # nothing logged in time: counted as an exit without a traceback
+    counts = dict(h.rec.crashes_by_signature)
+    for text in DSV4_TRACEBACK:  # ... then the lines arrive after all
+        h.line(text, pid=300)
+    h.engine.tick(h.t + 2)
+    assert h.rec.crashloop
+    assert h.engine.diagnoses()[0].signature == "dsv4-hicache-size-unsupported", "the diagnosis follows the lines"
+    assert all(h.rec.crashes_by_signature[k] >= v for k, v in counts.items()), "counters only go up"
+
+
+class _RunsCode:
+    """A pickle that, loaded by plain `pickle.loads`, would run a shell command."""
+
+    def __init__(self, marker: Path) -> None:
+        self.marker = marker
+
+    def __reduce__(self) -> tuple[object, tuple[str]]:
+        return (os.system, (f"touch {self.marker}",))
+
+
+def test_a_snapshot_round_trips_and_one_written_by_someone_else_cannot_run_code(tmp_path: Path) -> None:
+    """The state file holds the engine's snapshot as a pickle: loading one that names anything but
+    crashdoc's data classes fails (the daemon then resumes with empty counters) instead of running it."""
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.crash()
+    copy = Host().engine
+    copy.restore(h.engine.snapshot())
+    [d] = copy.diagnoses()
+    assert copy.units()[UNIT].crashloop and d.signature == "dsv4-hicache-size-unsupported" and d.crashes == 2
+    marker = tmp_path / "ran"
+    hostile = pickle.dumps({"version": "x", "units": _RunsCode(marker)})
+    with pytest.raises(ValueError, match=r"posix\.system is not part of a crashdoc snapshot"):
+        copy.restore(hostile)
+    assert not marker.exists()
+    assert copy.units()[UNIT].crashloop, "a rejected snapshot leaves the engine as it was"
+
+
+def test_an_unknown_validation_error_points_at_the_flags_it_names_and_how_the_run_set_them() -> None:
+    """No signature knows it, but SGLang's checks name their flags: the diagnosis lists them (aliases
+    resolved) with the crashed run's values, secrets redacted when shown."""
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.line(
+            "[2026-05-01 12:00:01] server_args=ServerArgs(model_path='m', tp_size=4, frobnicate_size=7, "
+            "enable_frobnication=False, api_key='sk-abcdefabcdefabcdef12')"
+        )
+        h.crash(
+            [
+                "[2026-05-01 12:00:02] Traceback (most recent call last):",
+                '  File "/x/sglang/srt/server_args.py", line 6123, in _handle_frobnication',
+                "    raise ValueError(",
+                "ValueError: --frobnicate-size 7 requires --enable-frobnication and --tp 8 (or SGLANG_FROB=1).",
+                "",
+            ]
+        )
+    [d] = h.engine.diagnoses()
+    assert d.signature is None and d.category == "flag-conflict"
+    assert d.flags == ["--frobnicate-size", "--enable-frobnication", "--tp-size", "SGLANG_FROB"]
+    assert d.fix.summary.startswith(
+        "The error names --frobnicate-size, --enable-frobnication, --tp-size, SGLANG_FROB: the setting to change "
+        "is most likely among them. No signature knows this error yet."
+    )
+    assert d.fix.summary.endswith("This run has --frobnicate-size 7, no --enable-frobnication, --tp-size 4")
+    assert d.fix.changes == [], "crashdoc does not guess a change it cannot justify"
+
+
+def test_an_unknown_error_naming_no_flag_says_so_plainly() -> None:
+    h = Host()
+    h.start()
+    h.crash(["Traceback (most recent call last):", '  File "/x/y.py", line 1, in f', "KeyError: 'layers.0.w'", ""])
+    h.start()
+    h.crash(["Traceback (most recent call last):", '  File "/x/y.py", line 1, in f', "KeyError: 'layers.0.w'", ""])
+    [d] = h.engine.diagnoses()
+    assert d.flags == [] and d.fix.summary.startswith("No signature knows this error yet.")

@@ -1,0 +1,233 @@
+"""The hot path's fast forms give exactly the answers of the plain forms they replaced.
+
+bench/ made these paths faster (profile-driven); these tests pin that the results did not move:
+the marker search against one `re` alternation of the literals, the RE2 set's direct call against
+the wrapper, and `JournalSource.read()` against a straightforward field-by-field reading.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+from crashdoc.assembly.markers import MARKERS, find_marker
+from crashdoc.events import LogLine
+
+_ALTERNATION = re.compile("|".join(re.escape(literal) for _, literal in MARKERS))
+_KIND = {literal: kind for kind, literal in MARKERS}
+_PIECES = [literal for _, literal in MARKERS] + [
+    "Scheduler or DataParallelController",
+    "[2026-12-01 10:00:00 TP0] ",
+    "server_args",
+    "KV Cache is",
+    "terminated",
+    "x",
+    " ",
+]
+
+
+def _bench(*names: str) -> list[object]:
+    """Names from the bench package (the repository root is not on sys.path in tests); skips the test
+    where systemd-journal-remote, which builds the journals, is missing."""
+    import importlib
+    import sys
+    from pathlib import Path
+
+    import pytest
+
+    root = Path(__file__).resolve().parents[2]
+    sys.path.insert(0, str(root))
+    try:
+        common = importlib.import_module("bench.common")
+        gen = importlib.import_module("bench.journal_gen")
+    finally:
+        sys.path.remove(str(root))
+    if common.JOURNAL_REMOTE is None:
+        pytest.skip("systemd-journal-remote is not installed")
+    return [getattr(common, n) if hasattr(common, n) else getattr(gen, n) for n in names]
+
+
+def _reference(text: str) -> tuple[str, str] | None:
+    m = _ALTERNATION.search(text)
+    if m is None:
+        return None
+    kind = _KIND[m.group(0)]
+    if kind == "terminated" and "Scheduler or DataParallelController" not in text:
+        return None
+    return kind, m.group(0)
+
+
+@settings(max_examples=600, deadline=None)
+@given(st.lists(st.sampled_from(_PIECES) | st.text(max_size=5), max_size=8))
+def test_find_marker_is_the_leftmost_literal_like_the_alternation(parts: list[str]) -> None:
+    text = "".join(parts)
+    marker = find_marker(LogLine("u.service", 7, text))
+    expected = _reference(text)
+    assert (marker.kind if marker else None) == (expected[0] if expected else None)
+
+
+def test_find_marker_on_real_lines() -> None:
+    lines = {
+        "[2026-12-01 10:00:05] The server is fired up and ready to roll!": "ready",
+        "[2026-12-01 10:00:05] Received sigquit from a child process. It usually means the child failed.": "sigquit",
+        "[2026-12-01 10:00:05] SIGQUIT received. signum=None, frame=None. "
+        "It usually means one child failed.": "sigquit",
+        "[2026-12-01 10:00:05] Subprocess scheduler_0 (pid=7) crashed with exit code -9. Triggering SIGQUIT for "
+        "cleanup...": "child-crashed",
+        "[2026-12-01 10:00:05 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 611584": "kv-cache",
+        "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37, cuda graph: True": None,
+        "Child process terminated with exit code 1": None,
+    }
+    for text, kind in lines.items():
+        marker = find_marker(LogLine("u.service", 7, text))
+        assert (marker.kind if marker else None) == kind, text
+
+
+def test_line_set_hits_match_the_re2_wrapper() -> None:
+    from crashdoc.matching.library import builtin_signature_dirs, load_library
+    from crashdoc.matching.matcher import Matcher
+
+    matcher = Matcher(load_library(builtin_signature_dirs()))
+    texts = [ex.text for sig in matcher.library.signatures for ex in sig.examples]
+    texts += ["", "plain line", "ünïcödé ✓ line", "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37"]
+    line_set = matcher._line_set
+    assert line_set._set is not None
+    for text in texts:
+        for line in text.splitlines() or [text]:
+            assert line_set.hits(line) == (line_set._set.Match(line) or [])
+
+
+def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_path, monkeypatch) -> None:
+    """`JournalSource.read()` (inlined, per-process cache, mapped pages released as it goes) against
+    systemd-python's own converters."""
+    import fnmatch
+
+    (build,) = _bench("build")
+    from systemd import journal
+
+    from crashdoc.events import WatchRule
+    from crashdoc.sources import journal as journal_source
+    from crashdoc.sources.journal import JournalSource, UnitFilter
+
+    monkeypatch.setattr(journal_source, "TRIM_ABOVE", 0)  # release the mapped pages at every check on the way
+    monkeypatch.setattr(journal_source, "TRIM_CHECK_EVERY", 100)
+    js = build(8_000, seed=5, folder=tmp_path / "j", crash_every=(1_500, 3_000))
+    files = [str(f) for f in js.files]
+    expected = []
+    for e in journal.Reader(files=files):
+        unit = e.get("_SYSTEMD_UNIT", "")
+        if not fnmatch.fnmatchcase(unit, "sglang*.service") or "MESSAGE" not in e or "_PID" not in e:
+            continue
+        invocation = e.get("_SYSTEMD_INVOCATION_ID")
+        expected.append(
+            (
+                unit,
+                e["_PID"],
+                e["MESSAGE"],
+                getattr(invocation, "hex", invocation or ""),
+                round(e["__REALTIME_TIMESTAMP"].timestamp(), 6),
+            )
+        )
+    source = JournalSource(UnitFilter((WatchRule("sglang*.service"),)), files=files)
+    source.seek_head()
+    got = []
+    with_cmdline = set()
+    while batch := source.read(777):
+        for ev in batch:
+            if isinstance(ev, LogLine):
+                got.append((ev.unit, ev.pid, ev.text, ev.invocation, round(ev.timestamp, 6)))
+                if ev.cmdline:
+                    with_cmdline.add((ev.unit, ev.pid))
+    assert got == expected and len(got) > 3_000
+    assert with_cmdline == {(unit, pid) for unit, pid, *_ in expected}
+    watched = sum(n for unit, n in js.meta["by_unit"].items() if unit.startswith("sglang") or unit == "init.scope")
+    assert source.stats.entries == watched and source.stats.lines == len(got)  # files: unwatched units skipped
+
+
+def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path, monkeypatch) -> None:
+    """Files given by name get libsystemd matches; the events must equal an unfiltered walk's."""
+    import subprocess
+
+    journal_remote, boot_id, build = _bench("JOURNAL_REMOTE", "boot_id", "build")
+    from crashdoc.events import WatchRule
+    from crashdoc.sources import journal as journal_source
+    from crashdoc.sources.journal import JournalSource, UnitFilter
+    from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID
+
+    monkeypatch.setattr(journal_source, "TRIM_ABOVE", 0)
+    monkeypatch.setattr(journal_source, "TRIM_CHECK_EVERY", 50)
+
+    folder = tmp_path / "j"
+    build(6_000, seed=9, folder=folder, crash_every=(1_500, 3_000))
+    boot, now = boot_id(), 1_796_000_000_000_000
+    extra = [  # what only the match's other terms let through
+        {
+            "_TRANSPORT": "kernel",
+            "MESSAGE": "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,"
+            "mems_allowed=0,oom_memcg=/system.slice/sglang-prefill.service,task_memcg=/system.slice/"
+            "sglang-prefill.service,task=python3,pid=4242,uid=0",
+            "PRIORITY": "3",
+        },
+        {
+            "_SYSTEMD_UNIT": "systemd-coredump@0-4243-0.service",
+            "MESSAGE_ID": COREDUMP_MESSAGE_ID,
+            "_UID": "0",
+            "COREDUMP_UNIT": "sglang-decode.service",
+            "COREDUMP_SIGNAL_NAME": "SIGSEGV",
+            "MESSAGE": "Process dumped",
+        },
+        {"_SYSTEMD_UNIT": "other.service", "_PID": "77", "MESSAGE": "Scheduled restart job, restart counter is at 9."},
+        {
+            "_SYSTEMD_UNIT": "sglang-decode.service",
+            "_PID": "4300",
+            "MESSAGE": "a line after the others",
+            "_SYSTEMD_INVOCATION_ID": "0" * 32,
+        },
+    ]
+    stream = b""
+    for i, fields in enumerate(extra):
+        head = f"__REALTIME_TIMESTAMP={now + i}\n__MONOTONIC_TIMESTAMP={i + 1}\n_BOOT_ID={boot}\n"
+        stream += (head + "".join(f"{k}={v}\n" for k, v in fields.items()) + "\n").encode()
+    subprocess.run(
+        [journal_remote, "--split-mode=none", f"--output={folder}/extra.journal", "-"], input=stream, check=True
+    )
+    units = UnitFilter((WatchRule("sglang*.service"),))
+
+    def events(**where):
+        source = JournalSource(units, **where)
+        source.seek_head()
+        out = []
+        while True:
+            out.extend(source.read(1_000))
+            if source.at_end:
+                return out, source.stats.entries
+
+    by_files, stepped_files = events(files=[str(p) for p in sorted(folder.glob("*.journal"))])
+    by_folder, stepped_folder = events(directory=str(folder))
+    assert by_files == by_folder
+    kinds = {type(e).__name__ + ":" + str(getattr(e, "kind", "")) for e in by_files}
+    assert {"LifecycleRecord:oom-kill", "LifecycleRecord:coredump", "LifecycleRecord:restart-scheduled"} <= kinds
+    assert stepped_folder == 6_000 + len(extra) > stepped_files  # the unwatched entries were skipped
+
+
+def test_release_journal_pages_drops_them_from_rss_and_reading_goes_on(tmp_path) -> None:
+    proc_status, build = _bench("proc_status", "build")
+    from systemd import journal
+
+    from crashdoc.sources.journal import release_journal_pages
+
+    js = build(6_000, seed=11, folder=tmp_path / "j", crash_every=(2_000, 3_000))
+    r = journal.Reader(files=[str(f) for f in js.files])
+    messages = []
+    while r._next():
+        messages.append(r._get("MESSAGE"))
+        if len(messages) == 3_000:
+            mapped = proc_status(os.getpid()).get("RssFile", 0)
+            assert release_journal_pages() > 0
+            assert proc_status(os.getpid()).get("RssFile", 0) < mapped
+    assert len(messages) == 6_000  # libsystemd went on reading through the released windows
+    r.seek_head()
+    assert r._next() and r._get("MESSAGE") == messages[0]

@@ -1,0 +1,76 @@
+"""The folder tree is the pipeline: a module imports only from its own layer or the layers below it.
+
+Bottom modules (events, errors, redact, text, yamlfile) import nothing of crashdoc's layers; sources <
+assembly < matching < diagnosis < remedy < authoring < outputs < config < runtime and commands (one layer)
+< cli. The sandbox is test and demo infrastructure, imported only by commands and the tests.
+"""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import crashdoc
+
+PACKAGE = Path(crashdoc.__file__).resolve().parent
+LAYERS: dict[str, int] = {
+    "__init__": 0,
+    "events": 0,
+    "errors": 0,
+    "redact": 0,
+    "text": 0,
+    "yamlfile": 0,
+    "sandbox": 0,
+    "sources": 1,
+    "assembly": 2,
+    "matching": 3,
+    "diagnosis": 4,
+    "remedy": 5,
+    "authoring": 6,
+    "outputs": 7,
+    "config": 8,
+    "runtime": 9,
+    "commands": 9,
+    "cli": 10,
+    "__main__": 11,
+}
+
+
+def layer_of(module: str) -> tuple[str, int]:
+    """`crashdoc.diagnosis.engine` -> ("diagnosis", 4)."""
+    parts = module.split(".")
+    top = parts[1] if len(parts) > 1 else "__init__"
+    return top, LAYERS[top]
+
+
+def imports_of(path: Path) -> list[tuple[int, str]]:
+    """Every crashdoc module `path` imports, at module level or inside functions, with its line."""
+    found: list[tuple[int, str]] = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.level == 0:
+            names = [node.module] if node.module != "crashdoc" else [f"crashdoc.{a.name}" for a in node.names]
+            names = ["crashdoc" if n == "crashdoc.__version__" else n for n in names]
+            found.extend((node.lineno, n) for n in names if n.startswith("crashdoc"))
+        elif isinstance(node, ast.Import):
+            found.extend((node.lineno, a.name) for a in node.names if a.name.startswith("crashdoc"))
+    return found
+
+
+def test_every_top_level_part_has_a_layer() -> None:
+    parts = {p.stem if p.is_file() else p.name for p in PACKAGE.iterdir() if p.suffix == ".py" or p.is_dir()}
+    parts -= {"__pycache__", "signatures"}
+    assert parts <= set(LAYERS), f"give these a layer in this test: {sorted(parts - set(LAYERS))}"
+
+
+def test_imports_only_go_down_the_pipeline() -> None:
+    upward: list[str] = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        module = "crashdoc." + ".".join(path.relative_to(PACKAGE).with_suffix("").parts)
+        own_top, own = layer_of(module)
+        for line, imported in imports_of(path):
+            top, layer = layer_of(imported)
+            if top == "sandbox" and own_top not in ("sandbox", "commands"):
+                upward.append(f"{path.relative_to(PACKAGE)}:{line}: only commands may use the sandbox ({imported})")
+            elif layer > own:
+                upward.append(f"{path.relative_to(PACKAGE)}:{line}: {own_top} imports {imported} (a layer above)")
+    assert not upward, "imports that run up the pipeline:\n" + "\n".join(upward)

@@ -1,0 +1,305 @@
+"""The HiCache host-memory check, run where it matters: inside the diagnosis of a real crash.
+
+The DeepSeek V4 `--hicache-size` signature proposes `--hicache-ratio 2.0`; whether 2.0 fits depends on
+the device KV pool SGLang logged in the same run, the rank count of the command, and the memory the
+unit may use (MemAvailable, or one NUMA node's memory when it is bound to it). These tests feed the
+engine the lines and records a crash loop leaves in the journal, with the unit's real launch script on
+disk and a fake /proc + /sys tree, and read the warning from the diagnosis, as a user would.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
+from crashdoc.events import Diagnosis, Fix, FlagChange, Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
+from crashdoc.matching.library import builtin_signature_dirs, load_library
+from crashdoc.matching.matcher import Matcher
+from crashdoc.outputs.render import diagnosis_dict
+from crashdoc.remedy.fixes import unit_fix_synthesizer, unit_flags
+
+LIBRARY = load_library([builtin_signature_dirs()[0] / "sglang" / "hicache.yaml"])
+UNIT = "sglang-prefill.service"
+SIGNATURE = "dsv4-hicache-size-unsupported"
+GIB = 1 << 30
+API_KEY = "sk-live-5c0ffee5c0ffee5c0ffee5c0ffee"
+
+
+def dsv4_traceback(rank: int) -> list[str]:
+    return [
+        f"[2026-05-01 12:00:03 TP{rank}] Scheduler hit an exception: Traceback (most recent call last):",
+        '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 6361, '
+        "in run_scheduler_process",
+        "    scheduler = Scheduler(",
+        '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/mem_cache/hybrid_cache/'
+        'hybrid_pool_assembler.py", line 661, in _deepseek_v4_num_host_pages',
+        "    raise ValueError(",
+        "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead.",
+        "",
+    ]
+
+
+def kv_line(rank: int, gib: float) -> str:
+    """memory_pool.py's start-up line (SGLang prints GiB and calls them GB)."""
+    return (
+        f"[2026-05-01 12:00:02 TP{rank}] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1048576, "
+        f"KV size: {gib:.2f} GB"
+    )
+
+
+# --- fake /proc and /sys -----------------------------------------------------------------------------
+
+
+def fake_host(root: Path, mem_available_gib: float, nodes: dict[int, tuple[str, float]]) -> Path:
+    """A /proc/meminfo and /sys/devices/system/node tree: node -> (cpulist, free GiB)."""
+    kb = 1024 * 1024  # kB per GiB
+    total = sum(free for _, free in nodes.values()) * 2 + 64
+    (root / "proc").mkdir(parents=True)
+    (root / "proc/meminfo").write_text(
+        f"MemTotal:       {int(total * kb)} kB\nMemFree:        {int(mem_available_gib * kb) - 4096} kB\n"
+        f"MemAvailable:   {int(mem_available_gib * kb)} kB\nBuffers:          123456 kB\n"
+    )
+    for n, (cpus, free) in nodes.items():
+        d = root / f"sys/devices/system/node/node{n}"
+        d.mkdir(parents=True)
+        (d / "cpulist").write_text(cpus + "\n")
+        # free is split over the fields the kernel reports, so the check has to add them up
+        (d / "meminfo").write_text(
+            f"Node {n} MemTotal:       {int((free * 2 + 32) * kb)} kB\n"
+            f"Node {n} MemFree:        {int(free * 0.5 * kb)} kB\n"
+            f"Node {n} MemUsed:        {int((free + 32) * kb)} kB\n"
+            f"Node {n} Active(file):   {int(free * 0.25 * kb)} kB\n"
+            f"Node {n} Inactive(file): {int(free * 0.15 * kb)} kB\n"
+            f"Node {n} SReclaimable:   {int(free * 0.10 * kb)} kB\n"
+        )
+    (root / "sys/devices/system/node/possible").write_text(",".join(map(str, nodes)) + "\n")
+    return root
+
+
+TWO_NODES = {0: ("0-63", 240.0), 1: ("64-127", 250.0)}
+
+
+def launch_script(tmp_path: Path, wrapper: str = "", tp: str = "4") -> Path:
+    script = tmp_path / "prefill.sh"
+    script.write_text(
+        "#!/bin/bash\n"
+        "set -euo pipefail\n"
+        f"exec {wrapper}python3 -m sglang.launch_server \\\n"
+        "    --model-path deepseek-ai/DeepSeek-V4-Flash \\\n"
+        f"    --tp-size {tp} \\\n"
+        "    --enable-hierarchical-cache \\\n"
+        "    --hicache-size 150 \\\n"
+        f"    --api-key {API_KEY}\n"
+    )
+    return script
+
+
+# --- the crash loop ----------------------------------------------------------------------------------
+
+
+class Loop:
+    """Feeds the engine what journald and D-Bus report for a unit that crashes twice at start-up."""
+
+    def __init__(self, root: Path, state: UnitState) -> None:
+        builder = DiagnosisBuilder(unit_fix_synthesizer(root=root), unit_flags)
+        self.engine = Engine(Matcher(LIBRARY), thresholds=Thresholds(recovery=10), builder=builder)
+        self.engine.on_unit_state(state)
+        self.t = 1_800_000_000.0
+
+    def run(self, n: int, ranks: int, kv_gib: float | None) -> None:
+        inv = f"inv{n}"
+        self.engine.on_lifecycle(LifecycleRecord(UNIT, Lifecycle.STARTED, self.t, invocation=inv))
+        pids = [1000 * n + r for r in range(ranks)]
+        if kv_gib is not None:
+            for r, pid in enumerate(pids):
+                self.engine.on_line(LogLine(UNIT, pid, kv_line(r, kv_gib), self.t, inv))
+        for r, pid in enumerate(pids):
+            for text in dsv4_traceback(r):
+                self.engine.on_line(LogLine(UNIT, pid, text, self.t, inv))
+        self.t += 0.5
+        self.engine.on_lifecycle(
+            LifecycleRecord(UNIT, Lifecycle.EXITED, self.t, invocation=inv, exit_code="killed", exit_status="9")
+        )
+        self.t += 1
+        self.engine.on_lifecycle(
+            LifecycleRecord(UNIT, Lifecycle.RESTART_SCHEDULED, self.t, invocation=inv, n_restarts=n)
+        )
+        self.t += 1
+
+    def diagnosis(self) -> Diagnosis:
+        rec = self.engine.units()[UNIT]
+        assert rec.crashloop, "two crashes at start-up should make a loop"
+        d = rec.diagnosis
+        assert d is not None and d.signature == SIGNATURE
+        return d
+
+
+def loop_diagnosis(
+    tmp_path: Path,
+    *,
+    nodes: dict[int, tuple[str, float]] = TWO_NODES,
+    mem_available: float = 480.0,
+    wrapper: str = "",
+    tp: str = "4",
+    kv_gib: float | None = 40.0,
+    ranks: int = 4,
+    cmdline: bool = True,
+    **unit_props: str,
+) -> Diagnosis:
+    root = fake_host(tmp_path / "host", mem_available, nodes)
+    script = launch_script(tmp_path, wrapper, tp)
+    state = UnitState(UNIT, active_state="activating", exec_start=(str(script),) if cmdline else (), **unit_props)
+    loop = Loop(root, state)
+    loop.run(1, ranks, kv_gib)
+    loop.run(2, ranks, kv_gib)
+    return loop.diagnosis()
+
+
+def safety_warning(d: Diagnosis) -> str:
+    found = [w for w in d.fix.warnings if "--hicache-ratio" in w and ("fit" in w or "check" in w)]
+    assert len(found) == 1, d.fix.warnings
+    return found[0]
+
+
+def gib_after(text: str, words: str) -> float:
+    m = re.search(re.escape(words) + r" ([\d.]+) GiB", text)
+    assert m, f"{words!r} not in {text!r}"
+    return float(m.group(1))
+
+
+def proposed_ratio(text: str) -> float:
+    m = re.search(r"largest ratio that fits.*?is --hicache-ratio ([\d.]+)", text)
+    assert m, text
+    return float(m.group(1))
+
+
+# --- tests -------------------------------------------------------------------------------------------
+
+
+def test_numactl_membind_checks_the_nodes_memory_and_proposes_a_ratio(tmp_path: Path) -> None:
+    d = loop_diagnosis(tmp_path, wrapper="numactl --membind=0 ")
+    w = safety_warning(d)
+    # 2.0 x 40 GiB x 4 ranks = 320 GiB against node 0's ~240 GiB: no, though the host's 480 GiB would do
+    assert w.startswith("--hicache-ratio 2.0 does not fit"), w
+    assert "NUMA node 0 (numactl --membind=0)" in w
+    assert "x 4 ranks = 320.0 GiB" in w
+    node0 = gib_after(w, "has")
+    assert node0 == pytest.approx(240.0, abs=0.1)
+    ratio = proposed_ratio(w)
+    budget = (node0 - 10) * 0.9  # SGLang's 10 GiB reserve, crashdoc's 10 % headroom
+    assert ratio * 160 <= budget < (ratio + 0.1) * 160
+    assert f"--hicache-ratio {ratio:.1f}" in w
+    # the rest of the fix is still there, and nothing leaks the key
+    assert "--hicache-ratio 2.0" in (d.fix.command or "")
+    assert API_KEY not in str(diagnosis_dict(d))
+
+
+def test_systemd_numa_policy_binds_to_the_mask_node(tmp_path: Path) -> None:
+    d = loop_diagnosis(tmp_path, numa_policy="bind", numa_mask="1")
+    w = safety_warning(d)
+    assert "NUMA node 1 (NUMAPolicy=bind NUMAMask=1)" in w
+    assert gib_after(w, "has") == pytest.approx(250.0, abs=0.1)
+    assert "does not fit" in w
+
+
+def test_cpu_affinity_on_one_node_warns_about_remote_memory(tmp_path: Path) -> None:
+    """CPUAffinity= alone does not confine memory: checked against the host, with a note on the node."""
+    d = loop_diagnosis(tmp_path, cpu_affinity="0-31")
+    w = safety_warning(d)
+    assert w.startswith("--hicache-ratio 2.0 fits"), w
+    assert "the host has 480.0 GiB available" in w
+    assert "CPUAffinity=0-31" in w and "remote memory" in w
+
+
+def test_it_fits_and_says_so_briefly(tmp_path: Path) -> None:
+    d = loop_diagnosis(tmp_path, kv_gib=10.0)
+    w = safety_warning(d)
+    assert w.startswith("--hicache-ratio 2.0 fits"), w
+    assert "2.0 x 10.0 GiB device KV pool per rank x 4 ranks = 80.0 GiB" in w
+    assert "largest ratio" not in w and len(w) < 300
+
+
+def test_no_kv_cache_line_says_what_is_missing(tmp_path: Path) -> None:
+    d = loop_diagnosis(tmp_path, kv_gib=None)
+    w = safety_warning(d)
+    assert "could not check" in w and '"KV Cache is allocated"' in w
+
+
+def test_without_the_command_the_ranks_come_from_the_log(tmp_path: Path) -> None:
+    """Journal only (no D-Bus): the rank count is the number of processes that logged a pool."""
+    d = loop_diagnosis(tmp_path, cmdline=False, ranks=2, kv_gib=40.0, mem_available=100.0)
+    w = safety_warning(d)
+    assert "does not fit" in w and "x 2 ranks = 160.0 GiB" in w
+    assert "crashdoc counted 2 rank(s) in the log" in w
+    assert any("command line is unknown" in x for x in d.fix.warnings)
+
+
+def test_ranks_come_from_the_flags_when_fewer_logged(tmp_path: Path) -> None:
+    """The log may hold fewer ranks than will run (rank 3 died first); the flags say how many pin memory."""
+    d = loop_diagnosis(tmp_path, tp="8", ranks=2, wrapper="numactl -m 0,1 ")
+    w = safety_warning(d)
+    assert "x 8 ranks = 640.0 GiB" in w
+    assert "NUMA nodes 0,1" in w
+    node_sum = gib_after(w, "have")
+    assert node_sum == pytest.approx(490.0, abs=0.1)
+    ratio = proposed_ratio(w)
+    assert ratio == math.floor((node_sum - 10) * 0.9 / 320 * 10) / 10
+
+
+def test_a_fix_without_a_safety_check_has_no_such_warning(tmp_path: Path) -> None:
+    """Only signatures that name the check run it: the builder passes `fix.safety` along, nothing else does."""
+    root = fake_host(tmp_path / "host", 480.0, TWO_NODES)
+    changes = [FlagChange("replace", "--hicache-size", "2.0", "--hicache-ratio")]
+    ctx = UnitContext(UNIT, cmdline=(str(launch_script(tmp_path)),))
+    fix = Fix("replace --hicache-size", list(changes))
+    unit_fix_synthesizer(root=root)(ctx, changes, fix)
+    assert fix.command and "--hicache-ratio 2.0" in fix.command
+    assert not any("fit" in w for w in fix.warnings), fix.warnings
+    fix = Fix("replace --hicache-size", list(changes))
+    unit_fix_synthesizer(root=root)(replace(ctx, safety="hicache-host-memory"), changes, fix)
+    assert any("--hicache-ratio 2.0" in w and "could not check" in w for w in fix.warnings), fix.warnings
+
+
+# --- on a real systemd -------------------------------------------------------------------------------
+
+
+@pytest.mark.sandbox
+def test_systemd_numa_settings_reach_the_check_over_dbus(sandbox_factory, sandbox_workdir) -> None:
+    """The demo prefill unit bound with NUMAPolicy=bind NUMAMask=0: `crashdoc diagnose` reads the binding
+    from D-Bus and checks the ratio against node 0 of this machine (its real /proc and /sys)."""
+    from crashdoc.sandbox.demo import PREFILL_UNIT, demo_units
+    from e2e import CRASHDOC, RESTART_SCHEDULED, pid1_records, wait_for
+
+    units = demo_units(sandbox_workdir, CRASHDOC[0])
+    units[PREFILL_UNIT] = units[PREFILL_UNIT].replace(
+        "[Service]\n", "[Service]\nNUMAPolicy=bind\nNUMAMask=0\nCPUAffinity=0\n"
+    )
+    sandbox = sandbox_factory(units, workdir=sandbox_workdir)
+    wait_for(lambda: len(pid1_records(sandbox, PREFILL_UNIT, RESTART_SCHEDULED)) >= 2, 60, "two restarts")
+    probe = (
+        "import json; from crashdoc.sources.units import UnitWatcher; "
+        "from crashdoc.sources.journal import UnitFilter; from crashdoc.events import WatchRule; "
+        f"w = UnitWatcher(UnitFilter([WatchRule({PREFILL_UNIT!r})])); assert w.connect(), w.last_error; "
+        f"s = w.state({PREFILL_UNIT!r}); print(json.dumps([s.numa_policy, s.numa_mask, s.cpu_affinity]))"
+    )
+    out = sandbox.run([CRASHDOC[0], "-c", probe], check=True).stdout
+    assert json.loads(out) == ["bind", "0", "0"]
+    out = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT, "--json"], check=True, timeout=60).stdout
+    d = json.loads(out)["diagnoses"][0]
+    assert d["signature"] == SIGNATURE
+    w = safety_warning_of(d["fix"]["warnings"])
+    assert "NUMA node 0 (NUMAPolicy=bind NUMAMask=0)" in w, w
+    assert "x 2 ranks" in w, w  # the demo runs --tp-size 2 and both ranks logged their pool
+
+
+def safety_warning_of(warnings: list[str]) -> str:
+    found = [w for w in warnings if w.startswith("--hicache-ratio")]
+    assert len(found) == 1, warnings
+    return found[0]
