@@ -165,7 +165,7 @@ DAMAGED = {
 def test_a_damaged_state_file_is_a_warning_and_a_fresh_start(tmp_path: Path, damage: str) -> None:
     (tmp_path / "state.json").write_bytes(DAMAGED[damage])
     saved = CursorStore(tmp_path).load()
-    assert saved.cursor is None and saved.blob == b""
+    assert saved.cursor is None and saved.engine is None and saved.legacy_engine == b""
     assert saved.warning.startswith(f"{tmp_path / 'state.json'} is unreadable (")
     assert saved.warning.endswith("; starting at the journal's end")
 

@@ -8,8 +8,11 @@ test_e2e_loops.py.
 
 from __future__ import annotations
 
+import json
 import os
 import pickle
+import re
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -278,7 +281,7 @@ def test_an_unknown_error_is_one_group_across_restarts_pids_and_ranks() -> None:
     rec = h.rec
     assert rec.crashes_by_signature == {"unknown": 3}
     [d] = h.engine.diagnoses()
-    assert d.signature is None and d.crashes == 3 and len(d.fingerprint) == 16
+    assert d.signature is None and d.crashes == 3 and re.fullmatch(r"fp1-[0-9a-f]{16}", d.fingerprint)
     assert d.category == "other" and d.root_cause.type == "SomeNewError"
     assert d.confidence < 1.0, "an unknown error is what raised, not surely the cause"
 
@@ -318,22 +321,57 @@ class _RunsCode:
 
 
 def test_a_snapshot_round_trips_and_one_written_by_someone_else_cannot_run_code(tmp_path: Path) -> None:
-    """The state file holds the engine's snapshot as a pickle: loading one that names anything but
-    crashdoc's data classes fails (the daemon then resumes with empty counters) instead of running it."""
+    """The state file holds the engine's snapshot as versioned JSON: one that names anything but
+    crashdoc's data classes is rejected (the daemon then resumes with empty counters), and so is an old
+    pickle that would run code, instead of running it."""
     h = Host()
     for _ in range(2):
         h.start()
         h.crash()
     copy = Host().engine
-    copy.restore(h.engine.snapshot())
+    copy.restore(json.loads(json.dumps(h.engine.snapshot())))
     [d] = copy.diagnoses()
     assert copy.units()[UNIT].crashloop and d.signature == "dsv4-hicache-size-unsupported" and d.crashes == 2
+    foreign = {"schema": "crashdoc-engine", "version": 1, "data": {"__type__": "Popen", "args": ["touch"]}}
+    with pytest.raises(ValueError, match=r"Popen is not part of a crashdoc snapshot"):
+        copy.restore(foreign)
+    newer = {**h.engine.snapshot(), "version": 99}
+    with pytest.raises(ValueError, match=r"snapshot version 99 is newer than this crashdoc reads"):
+        copy.restore(newer)
     marker = tmp_path / "ran"
-    hostile = pickle.dumps({"version": "x", "units": _RunsCode(marker)})
+    hostile = pickle.dumps({"version": "crashdoc-engine-1/0.1.0", "units": _RunsCode(marker)})
     with pytest.raises(ValueError, match=r"posix\.system is not part of a crashdoc snapshot"):
-        copy.restore(hostile)
+        copy.restore_legacy(hostile)
     assert not marker.exists()
     assert copy.units()[UNIT].crashloop, "a rejected snapshot leaves the engine as it was"
+
+
+def test_a_field_added_since_the_snapshot_was_written_gets_its_default() -> None:
+    """A newer crashdoc adds fields to its records; the state an older one saved still loads."""
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.crash()
+    doc = h.engine.snapshot()
+    runs = [v for v in _walk(doc) if isinstance(v, dict) and v.get("__type__") == "Run"]
+    assert runs, "the snapshot holds the runs"
+    for run in runs:
+        del run["oom_message"], run["ended_by_input"]
+    copy = Host().engine
+    copy.restore(doc)
+    rec = copy.units()[UNIT]
+    assert rec.crashloop and rec.crashes_total == 2
+    assert all(r.oom_message == "" and r.ended_by_input is False for r in rec.invocations.values())
+
+
+def _walk(value: object) -> Iterator[object]:
+    yield value
+    if isinstance(value, dict):
+        for v in value.values():
+            yield from _walk(v)
+    elif isinstance(value, list):
+        for v in value:
+            yield from _walk(v)
 
 
 def test_an_unknown_validation_error_points_at_the_flags_it_names_and_how_the_run_set_them() -> None:

@@ -24,7 +24,8 @@ from crashdoc.config import Config
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, UnitState, WatchRule
 from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.outputs.http import HttpServer
-from crashdoc.runtime.daemon import Daemon, build
+from crashdoc.runtime.build import build
+from crashdoc.runtime.daemon import Daemon
 from support.e2e import free_port
 
 HOSTILE_UNIT = "sglang-\"x'<img src=x onerror=alert(1)>.service"

@@ -24,6 +24,8 @@ _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
 )
 _SITE = re.compile(r".*/(?:site-packages|dist-packages|python\d?(?:\.\d+)?)/")
 _FRAMES_IN_FINGERPRINT = 8
+# bumped when what goes into a fingerprint changes, so that groups from before and after never mix
+FINGERPRINT_VERSION = 1
 
 
 def normalise_message(message: str) -> str:
@@ -65,4 +67,6 @@ def fingerprint_text(*parts: str) -> str:
 
 
 def _digest(parts: list[str]) -> str:
-    return hashlib.sha1("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+    """`fp1-` and 16 hex digits: the version tag says which recipe made it."""
+    digest = hashlib.sha1("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+    return f"fp{FINGERPRINT_VERSION}-{digest}"

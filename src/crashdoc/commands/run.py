@@ -12,7 +12,8 @@ from crashdoc.errors import UserError
 def main(args: argparse.Namespace) -> int:
     """The daemon."""
     from crashdoc.config import ConfigError, load_config, parse_listen
-    from crashdoc.runtime.daemon import build, log
+    from crashdoc.runtime.build import build
+    from crashdoc.runtime.log import log
 
     try:
         config = load_config(args.config)

@@ -105,6 +105,14 @@ class LoopTracker:
             self.loop_started_at = at
         return self._move(LoopState.FAILED, at, new_loop=self.state is not LoopState.LOOPING)
 
+    def reset(self) -> None:
+        """Forget the loop in progress (its journal is gone); the crash history stays."""
+        self.state = LoopState.HEALTHY
+        self.startup_streak = 0
+        self.loop_started_at = None
+        self.loop_crashes.clear()
+        self.loop_crash_count = 0
+
     def on_stopped(self, at: float) -> Transition | None:
         """Someone stopped the unit: it is not crash-looping any more."""
         if self.state is LoopState.STOPPED or not self.looping:

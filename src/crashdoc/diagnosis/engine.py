@@ -9,15 +9,14 @@ from pasted text). It does no I/O: outputs drain `events()` and read `units()`.
 from __future__ import annotations
 
 import dataclasses
-import io
-import pickle
 from collections import Counter, OrderedDict
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
-from crashdoc import __version__
 from crashdoc.assembly.markers import find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
+from crashdoc.diagnosis import snapshot
 from crashdoc.diagnosis.configchange import FileChange, correlate
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Transition
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
@@ -29,33 +28,7 @@ from crashdoc.matching.matcher import Facts, Matcher
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
 SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
-SNAPSHOT_VERSION = f"crashdoc-engine-1/{__version__}"
 QUIET_SECONDS = 1.0  # a process with an unfinished traceback that stays quiet this long is done
-
-
-class _SnapshotUnpickler(pickle.Unpickler):
-    """Rebuilds only crashdoc's own data classes and a few containers: a state file someone
-    else wrote can fail to load, but cannot make crashdoc run code."""
-
-    _CONTAINERS = frozenset(
-        {
-            ("collections", "Counter"),
-            ("collections", "OrderedDict"),
-            ("collections", "deque"),
-            ("builtins", "set"),
-            ("builtins", "frozenset"),
-        }
-    )
-    _DATA_MODULES = ("crashdoc.events", "crashdoc.diagnosis.", "crashdoc.assembly.", "crashdoc.matching.matcher")
-
-    def find_class(self, module: str, name: str) -> type:
-        if (module, name) in self._CONTAINERS:
-            return super().find_class(module, name)
-        if "." not in name and module.startswith(self._DATA_MODULES):
-            found = super().find_class(module, name)
-            if isinstance(found, type) and found.__module__ == module:
-                return found
-        raise pickle.UnpicklingError(f"{module}.{name} is not part of a crashdoc snapshot")
 
 
 @dataclass(slots=True)
@@ -306,8 +279,9 @@ class Engine:
 
     # --- persistence ---------------------------------------------------------------------
 
-    def snapshot(self) -> bytes:
-        """Everything the engine knows, to resume exactly where a killed crashdoc stopped.
+    def snapshot(self) -> dict[str, Any]:
+        """Everything the engine knows, as versioned JSON data (`diagnosis.snapshot`), to resume
+        exactly where a killed or upgraded crashdoc stopped.
 
         Only data is saved (no matcher, builder or callables): units with their runs, loop
         state and diagnoses, the tracebacks still being assembled, and the events not yet
@@ -317,32 +291,68 @@ class Engine:
         never lost and never redone.
         """
         state = {
-            "version": SNAPSHOT_VERSION,
             "units": self._units,
             "pending": self.assembler.export(),
             "synthetic": self._synthetic,
             "now": self.now,
             "events": self._events,
         }
-        return pickle.dumps(state, protocol=pickle.HIGHEST_PROTOCOL)
+        return snapshot.dump(state, _CODEC)
 
-    def restore(self, blob: bytes) -> None:
-        """Load a snapshot made by `snapshot` (of this crashdoc version); raises ValueError otherwise."""
+    def restore(self, doc: dict[str, Any]) -> None:
+        """Load a snapshot made by `snapshot` (this schema or an older one); raises ValueError otherwise."""
+        self._adopt(snapshot.load(doc, _CODEC))
+
+    def restore_legacy(self, blob: bytes) -> None:
+        """Load the pickle crashdoc 0.1.0 saved (once, on the first start after the upgrade)."""
+        self._adopt(snapshot.from_legacy_pickle(blob, _CODEC))
+
+    def _adopt(self, state: dict[str, Any]) -> None:
         try:
-            state = _SnapshotUnpickler(io.BytesIO(blob)).load()
-        except Exception as exc:
-            raise ValueError(f"unreadable snapshot: {type(exc).__name__}: {exc}") from exc
-        if not isinstance(state, dict) or state.get("version") != SNAPSHOT_VERSION:
-            raise ValueError("snapshot from another crashdoc version")
-        units = state["units"]
+            units = dict(state["units"])
+            pending = state["pending"]
+            synthetic, now = int(state["synthetic"]), float(state["now"])
+            events = list(state.get("events", ()))
+            if not all(isinstance(r, UnitRecord) for r in units.values()):
+                raise TypeError("units are not unit records")
+        except (KeyError, TypeError, ValueError) as exc:
+            raise snapshot.SnapshotError(f"damaged snapshot: {exc}") from exc
         for rec in units.values():
             rec.loop.thresholds = self.thresholds  # the configuration may have changed meanwhile
             rec.role = self.role_of(rec.name) or rec.role
         self._units = units
-        self.assembler.import_(state["pending"])
-        self._synthetic = state["synthetic"]
-        self.now = state["now"]
-        self._events = list(state.get("events", ()))
+        self.assembler.import_(pending)
+        self._synthetic = synthetic
+        self.now = now
+        self._events = events
+
+    def forget_loops(self) -> None:
+        """The journal the state came from is gone (a new journal, a re-imaged host): no loop that it
+        showed can be going on now. Counters keep their totals; runs in progress are forgotten."""
+        for rec in self._units.values():
+            rec.loop.reset()
+            rec.diagnosis = None
+            rec.current = None
+            rec.pending_end = None
+        self._events = [e for e in self._events if e.kind not in ("loop-started", "loop-updated", "failed")]
+
+    # --- configuration changes while running -------------------------------------------------------
+
+    def set_thresholds(self, thresholds: Thresholds) -> None:
+        self.thresholds = thresholds
+        for rec in self._units.values():
+            rec.loop.thresholds = thresholds
+
+    def set_roles(self, role_of: Callable[[str], str | None]) -> list[str]:
+        """New watch rules: units no longer watched are forgotten (their metrics and alerts go); the
+        others take the role the rules give them. Returns the forgotten units."""
+        self.role_of = role_of
+        gone = [name for name in self._units if role_of(name) is None]
+        for name in gone:
+            del self._units[name]
+        for name, rec in self._units.items():
+            rec.role = role_of(name) or rec.role
+        return gone
 
     # --- outputs -------------------------------------------------------------------------
 
@@ -599,3 +609,6 @@ class Engine:
 
 def _launches_sglang(cmdline: str) -> bool:
     return "sglang.launch_server" in cmdline or "sglang serve" in cmdline or "/sglang serve" in cmdline
+
+
+_CODEC = snapshot.Codec(extra=(UnitRecord, EngineEvent))

@@ -1,9 +1,10 @@
-"""`crashdoc run`: wires journal, D-Bus, the engine and the outputs together.
+"""`crashdoc run`: the loop that moves events between the parts and keeps time.
 
 One thread owns the engine and runs a select loop over the journal's inotify fd, the D-Bus
-fd and a wake-up pipe (library reloads, signals). The HTTP server and the Alertmanager
-sender run in their own threads and read under the same lock. Decisions belong to the
-engine; this module only moves events between parts and keeps time.
+fd and a wake-up pipe (library reloads, signals, file changes). The HTTP server and the
+Alertmanager sender run in their own threads and read under the same lock. Decisions belong
+to the engine; effects to `effects`, saving to `saving`, what HTTP shows to `view`; this
+module only moves events and keeps time.
 """
 
 from __future__ import annotations
@@ -12,29 +13,29 @@ import dataclasses
 import os
 import selectors
 import signal
-import sys
 import threading
 import time
 import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 
 from crashdoc.config import Config, ConfigError, load_config
-from crashdoc.diagnosis.engine import Engine, EngineEvent
+from crashdoc.diagnosis.engine import Engine
 from crashdoc.events import LifecycleRecord, LogLine, UnitState
-from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
-from crashdoc.outputs import html as pages
 from crashdoc.outputs.http import HttpServer
-from crashdoc.outputs.journal_records import JournalRecorder, recorded_event_ids
-from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
-from crashdoc.outputs.render import diagnoses_json
-from crashdoc.redact import redact
-from crashdoc.sources.cursor import CursorStore, entries_between
+from crashdoc.outputs.journal_records import recorded_event_ids
+from crashdoc.outputs.metrics import CrashdocCollector, Health, make_registry
+from crashdoc.runtime import saving
+from crashdoc.runtime.effects import RECORDED, Effects
+from crashdoc.runtime.log import log
+from crashdoc.runtime.saving import StateSaver
+from crashdoc.runtime.settings import settings_change
+from crashdoc.runtime.view import HttpView
+from crashdoc.sources.cursor import entries_between
 from crashdoc.sources.files import UnitFilesWatcher
-from crashdoc.sources.journal import JournalSource, UnitFilter
+from crashdoc.sources.journal import JournalSource
 from crashdoc.sources.units import UnitWatcher
 
 BATCH = 2000  # journal entries per read
@@ -42,26 +43,7 @@ DRAIN_BUDGET = 0.5  # seconds of reading before ticks, D-Bus and wake-ups get a 
 BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald delays wake-ups up to 250 ms)
 IDLE_TIMEOUT = 1.0
 BUSY_PERIOD = 3.0
-SAVE_INTERVAL = 1.0
-# What a configuration reload (SIGHUP) can change while running, and what is kept until a restart
-LIVE_SETTINGS = ("units", "thresholds", "runbook_base_url", "signature_folders", "builtin_signatures")
-RESTART_SETTINGS = ("listen", "state_directory", "journal_directory", "alertmanager", "instance", "dbus")
 LAG_PROBE_INTERVAL = 1.0  # while behind, look up the newest entry's time this often (for the lag metric)
-RECORDED = frozenset({"loop-started", "loop-updated", "failed", "recovered", "stopped"})  # events with effects
-
-
-def log(message: str) -> None:
-    print(f"crashdoc: {redact(message)}", file=sys.stderr, flush=True)
-
-
-def stderr_is_journal() -> bool:
-    """Under systemd, stderr goes to journald ($JOURNAL_STREAM names it): a record already says it all."""
-    stream = os.environ.get("JOURNAL_STREAM", "")
-    try:
-        st = os.fstat(sys.stderr.fileno())
-    except (OSError, ValueError):
-        return False
-    return stream == f"{st.st_dev}:{st.st_ino}"
 
 
 @dataclass(slots=True)
@@ -70,18 +52,19 @@ class Daemon:
     holder: LibraryHolder
     engine: Engine
     source: JournalSource
-    store: CursorStore
+    saver: StateSaver
     watcher: UnitWatcher | None
-    recorder: JournalRecorder
-    health: Health = field(default_factory=Health)
-    lock: threading.Lock = field(default_factory=threading.Lock)
-    alerts: object | None = None  # outputs.alerts.AlertSender when configured
+    effects: Effects
+    view: HttpView
+    lock: threading.Lock
+    health: Health
     files: UnitFilesWatcher | None = None
     unit_files: Callable[[UnitState], list[str]] = lambda state: []
-    _file_events: deque[tuple[str, str, float]] = field(default_factory=lambda: deque(maxlen=1000))
+    library_folders: Callable[[Config], list] = lambda config: []
     notify: Callable[[str], None] = lambda state: None
     config_path: str | None = None  # `crashdoc run --config FILE`: read again on SIGHUP
     overrides: dict[str, object] = field(default_factory=dict)  # command-line options: they win over the file
+    _file_events: deque[tuple[str, str, float]] = field(default_factory=lambda: deque(maxlen=1000))
     _stop: bool = False
     _reload_requested: bool = False
     _config_reload_requested: bool = False
@@ -90,75 +73,28 @@ class Daemon:
     _busy_until: float = 0.0
     _behind: bool = False  # the last drain stopped for its time budget: more to read at once
     _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
-    _last_save: float = 0.0
     _lag_probe_at: float = 0.0
-    _dirty: bool = False
-    _registry: object | None = None
-    _stderr_is_journal: bool = field(default_factory=stderr_is_journal)
-
-    # --- the HTTP view (read under the lock) ---------------------------------------------
-
-    def metrics(self) -> bytes:
-        return exposition(self._registry)
-
-    def diagnoses_json(self, unit: str | None) -> str:
-        with self.lock:
-            return diagnoses_json(self.engine.diagnoses([unit] if unit else None))
-
-    def unit_page(self, unit: str) -> bytes | None:
-        with self.lock:
-            rec = self.engine.units().get(unit)
-            if rec is None:
-                return None
-            d = rec.diagnosis or rec.last_diagnosis
-            sig = self.holder.library.get(d.signature) if d is not None and d.signature else None
-            return pages.unit_page(rec, sig)
-
-    def runbook_page(self, signature: str) -> bytes | None:
-        with self.lock:
-            sig = self.holder.library.get(signature)
-            return None if sig is None else pages.runbook_page(sig, self.engine.units().values())
-
-    def index_page(self) -> bytes:
-        with self.lock:
-            return pages.index_page(self.engine.units().values())
-
-    def health_status(self) -> tuple[bool, dict[str, object]]:
-        h = self.health
-        detail = {
-            "dbus_up": h.dbus_up,
-            "journal_lag_seconds": h.journal_lag_seconds,
-            "journal_last_entry_timestamp": h.journal_last_entry_timestamp,
-            "journal_entries_skipped": h.journal_entries_skipped,
-            "journal_read_errors": h.journal_read_errors,
-            "signatures_loaded": h.signatures_loaded,
-            "state_writable": h.state_writable,
-            "last_state_error": self.store.last_error,
-            "last_dbus_error": self.watcher.last_error if self.watcher else "disabled",
-        }
-        return True, detail
-
-    def runbook_url(self, signature: str | None, unit: str) -> str:
-        base = (self.config.runbook_base_url or f"http://{_display_host(self.config.listen)}").rstrip("/")
-        return f"{base}/runbook/{signature}" if signature else f"{base}/units/{unit}"
 
     # --- lifecycle -----------------------------------------------------------------------
 
     def prepare(self) -> None:
-        self._registry = make_registry(CrashdocCollector(self.engine.units, self.health, self.lock))
+        self.view.registry = make_registry(CrashdocCollector(self.engine.units, self.health, self.lock))
         self.health.started_at = time.time()
         self.health.signatures_loaded = len(self.holder.library)
-        saved = self.store.load()
+        saved = self.saver.store.load()
         if saved.warning:
             log(saved.warning)
         resumed = bool(saved.cursor) and self.source.seek_cursor(saved.cursor or "")
         if resumed:
-            if self.source.cursor_gone:
+            gone = self.source.cursor_gone
+            if gone:
                 log(
                     "the saved journal position is gone (rotated away and vacuumed while crashdoc was not "
                     "running, or a new journal): going on with the oldest entry after it"
                 )
-            self._restore(saved.blob, saved.saved_at)
+            if saving.restore(self.engine, saved, journal_gone=gone):
+                # effects between the last save and a kill are redone on resume: skip records already written
+                self.effects.recorder.seen |= recorded_event_ids(saved.saved_at - 3600, self.config.journal_directory)
         else:
             if saved.cursor:
                 log("the saved cursor cannot be used; starting at the journal's end")
@@ -184,22 +120,6 @@ class Daemon:
         for line in self.source.run_so_far(unit, state.invocation):
             self.engine.on_line(line)
         self.engine.events()  # history, not news: no records or alerts for it
-
-    def _restore(self, blob: bytes, saved_at: float) -> None:
-        """Pick up exactly where the last crashdoc stopped: its state at the saved cursor."""
-        if not blob:
-            log("resuming the journal after the saved cursor (no saved state: counters start at 0)")
-            return
-        try:
-            self.engine.restore(blob)
-        except ValueError as exc:
-            log(f"the saved state cannot be used ({exc}); resuming the journal with empty counters")
-            return
-        # effects between the last save and a kill are redone on resume: skip records already written
-        self.recorder.seen |= recorded_event_ids(saved_at - 3600, self.config.journal_directory)
-        units = self.engine.units()
-        looping = sum(1 for r in units.values() if r.crashloop)
-        log(f"resuming after the saved cursor with the saved state: {len(units)} unit(s), {looping} looping")
 
     def run(self, http: HttpServer | None) -> int:
         sel = selectors.DefaultSelector()
@@ -237,8 +157,7 @@ class Daemon:
             if http is not None:
                 http.stop()
             self._save(force=True)
-            if self.alerts is not None:
-                self.alerts.stop()  # type: ignore[attr-defined]
+            self.effects.stop()
             os.close(wake_r)
             os.close(self._wake_w)
         return 0
@@ -261,7 +180,7 @@ class Daemon:
             if self._config_reload_requested:
                 self._config_reload_requested = False
                 self._reload_config()
-            self._reload()
+            self._reload_library()
         self._apply_file_events()
         self._behind = not self._drain()
         self._tick()
@@ -308,8 +227,8 @@ class Daemon:
             if self.source.at_end and self._stale:
                 self._refresh_stale()
             effects = self._act()
-            if self.source.cursor != self.store.last_saved:
-                self._dirty = True
+            if self.source.cursor != self.saver.store.last_saved:
+                self.saver.dirty = True
             self._update_journal_health()
             self._save(force=effects)  # right after effects: a kill now would redo as little as possible
             if self.source.at_end:
@@ -408,8 +327,7 @@ class Daemon:
         with self.lock:
             self.engine.tick(now)
         self._act()
-        if self.alerts is not None:
-            self.alerts.tick()  # type: ignore[attr-defined]
+        self.effects.tick()
 
     def _reload_config(self) -> None:
         """SIGHUP: read the configuration file again. What can change live takes effect now (LIVE_SETTINGS);
@@ -419,7 +337,7 @@ class Daemon:
             log("SIGHUP: no configuration file (--config) to read again; reloading the signature library")
             return
         try:
-            new = dataclasses.replace(load_config(self.config_path), **self.overrides)
+            new = dataclasses.replace(load_config(self.config_path), **self.overrides)  # type: ignore[arg-type]
         except ConfigError as exc:
             self.health.config_reload_errors += 1
             self.health.config_reload_ok = False
@@ -427,18 +345,15 @@ class Daemon:
             log(f"configuration reload rejected, the previous configuration stays active:\n{problems}")
             return
         old = self.config
-        live = [name for name in LIVE_SETTINGS if getattr(new, name) != getattr(old, name)]
-        later = [name for name in RESTART_SETTINGS if getattr(new, name) != getattr(old, name)]
-        self.config = dataclasses.replace(new, **{name: getattr(old, name) for name in RESTART_SETTINGS})
+        change = settings_change(old, new)
+        self.config = self.view.config = change.config
         with self.lock:
-            if "thresholds" in live:
-                self.engine.thresholds = new.thresholds
-                for rec in self.engine.units().values():
-                    rec.loop.thresholds = new.thresholds
-            if "units" in live:
+            if "thresholds" in change.live:
+                self.engine.set_thresholds(new.thresholds)
+            if "units" in change.live:
                 self._rewatch(new)
-        if "signature_folders" in live or "builtin_signatures" in live:
-            self.holder.folders = library_folders(new)
+        if "signature_folders" in change.live or "builtin_signatures" in change.live:
+            self.holder.folders = self.library_folders(new)
             if self._library_watcher is not None:
                 self._library_watcher.stop()
                 self._library_watcher = LibraryWatcher(self.holder.folders, self.request_reload)
@@ -447,9 +362,9 @@ class Daemon:
         self.health.config_reload_ok = True
         log(
             f"configuration reloaded from {self.config_path}: "
-            + (", ".join(live) + " changed" if live else "nothing that applies live changed")
+            + (", ".join(change.live) + " changed" if change.live else "nothing that applies live changed")
         )
-        for name in later:
+        for name in change.later:
             log(
                 f"{name} changed in {self.config_path}: it takes effect when crashdoc restarts "
                 f"(still {getattr(old, name)!r})"
@@ -460,20 +375,15 @@ class Daemon:
         the others follow the rules, and newly watched units are looked up on D-Bus (their lines count from
         now on)."""
         self.source.rewatch(config.units)
-        role_of = self.source.units.role_of
-        units = self.engine.units()
-        for name in [n for n in units if role_of(n) is None]:
-            del units[name]
+        for name in self.engine.set_roles(self.source.units.role_of):
             if self.files is not None:
                 self.files.set_unit_files(name, [])
-        for name, rec in units.items():
-            rec.role = role_of(name) or rec.role
         if self.watcher is not None and self.watcher.up:
             for unit in self.watcher.discover():
                 self.engine.watch(unit)
                 self._refresh_unit(unit)
 
-    def _reload(self) -> None:
+    def _reload_library(self) -> None:
         with self.lock:
             self.holder.reload()
             self.health.signatures_loaded = len(self.holder.library)
@@ -493,39 +403,12 @@ class Daemon:
         with self.lock:
             outbox = any(event.kind in RECORDED for event in self.engine.pending())
         if outbox:
-            self._dirty = True
+            self.saver.dirty = True
             self._save(force=True)
         with self.lock:
-            effects = self._emit(self.engine.events())
+            effects = self.effects.emit(self.engine.events(), self._active_alerts)
         if effects:
-            self._dirty = True  # the outbox on disk is stale now; the next save empties it
-        return effects
-
-    def _emit(self, events: list[EngineEvent]) -> bool:
-        """Effects of what the engine decided: journal records, alert state, latency. True if any."""
-        effects = False
-        for event in events:
-            if event.kind in RECORDED:
-                effects = True
-                recorded = self.recorder.record(event)
-                if recorded:
-                    self.health.journal_records_written = self.recorder.written
-                elif self.recorder.last_error:
-                    log(self.recorder.last_error)
-                    self.recorder.last_error = ""
-                else:
-                    continue  # handed out again after a restart and already in the journal: done before
-                quiet = recorded and self._stderr_is_journal  # the record is already in the journal
-                if event.kind in ("loop-started", "failed") and event.diagnosis is not None:
-                    crash_at = event.diagnosis.timestamp or event.at
-                    self.health.diagnosis_latency.observe(max(0.0, time.time() - crash_at))
-                    d = event.diagnosis
-                    if not quiet:
-                        log(f"{event.unit} is crash-looping: {d.root_cause.line or d.title} -- fix: {d.fix.summary}")
-                elif event.kind == "recovered" and not quiet:
-                    log(f"{event.unit} recovered")
-        if self.alerts is not None and events:
-            self.alerts.update(self._active_alerts())  # type: ignore[attr-defined]
+            self.saver.dirty = True  # the outbox on disk is stale now; the next save empties it
         return effects
 
     def _active_alerts(self) -> dict[str, object]:
@@ -561,86 +444,8 @@ class Daemon:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
     def _save(self, force: bool = False) -> None:
-        now = time.monotonic()
-        if not self._dirty or (not force and now - self._last_save < SAVE_INTERVAL):
-            return
-        cursor = self.source.cursor
-        if cursor is None:
-            return
-        with self.lock:
-            blob = self.engine.snapshot()
-        ok = self.store.save(cursor, blob=blob)
-        if not ok and self.health.state_writable:
-            log(f"{self.store.last_error}; diagnosing in memory only")
-        elif ok and not self.health.state_writable:
-            log(f"the state is saved again in {self.store.directory}")
-        self.health.state_writable = ok
-        self.health.state_write_errors = self.store.write_errors
-        self._last_save = now
-        self._dirty = not ok
+        def snapshot() -> dict:
+            with self.lock:
+                return self.engine.snapshot()
 
-
-def _display_host(listen: str) -> str:
-    host, _, port = listen.rpartition(":")
-    if host in ("", "0.0.0.0", "::", "[::]"):
-        import socket
-
-        host = socket.gethostname()
-    return f"{host}:{port}"
-
-
-def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
-    """Assemble a daemon from a configuration (the CLI's `run`)."""
-    from crashdoc.commands.pipeline import build_engine, unit_builder
-    from crashdoc.remedy.fixes import unit_files
-
-    holder = LibraryHolder(library_folders(config), log=log)
-    own = _own_unit()
-    units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
-    engine = build_engine(
-        lambda: holder.matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder()
-    )
-    source = JournalSource(units, directory=config.journal_directory)
-    store = CursorStore(config.state_directory)
-    watcher = UnitWatcher(units) if config.dbus else None
-    daemon = Daemon(config, holder, engine, source, store, watcher, JournalRecorder(), unit_files=unit_files)
-    if watcher is not None:
-        daemon.files = UnitFilesWatcher(daemon.file_changed)
-    daemon.recorder.runbook_url = daemon.runbook_url
-    if config.alertmanager.url:
-        from crashdoc.outputs.alerts import AlertSender
-
-        am = config.alertmanager
-        daemon.alerts = AlertSender(
-            am.url, config.instance, daemon.runbook_url, daemon.health, am.resend_interval, am.timeout, log=log
-        )
-    host, port = _parse(listen or config.listen)
-    http = HttpServer(daemon, host, port)
-    return daemon, http
-
-
-def library_folders(config: Config) -> list[Path]:
-    return [
-        *(builtin_signature_dirs() if config.builtin_signatures else []),
-        *(Path(f) for f in config.signature_folders),
-    ]
-
-
-def _parse(listen: str) -> tuple[str, int]:
-    from crashdoc.config import parse_listen
-
-    return parse_listen(listen)
-
-
-def _own_unit() -> str | None:
-    """The unit crashdoc itself runs in, from /proc/self/cgroup: its records must never feed it."""
-    try:
-        text = Path("/proc/self/cgroup").read_text()
-    except OSError:
-        return None
-    for line in text.splitlines():
-        path = line.rsplit(":", 1)[-1]
-        for part in reversed(path.split("/")):
-            if part.endswith(".service"):
-                return part
-    return None
+        self.saver.save(self.source.cursor, snapshot, force=force)

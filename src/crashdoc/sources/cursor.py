@@ -19,14 +19,15 @@ from pathlib import Path
 from typing import Any
 
 STATE_FILE = "state.json"
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2  # 2: the engine's state as JSON (`diagnosis.snapshot`); 1 (crashdoc 0.1.0): a base64 pickle
 
 
 @dataclass(slots=True)
 class SavedState:
     cursor: str | None = None
     data: dict[str, Any] = field(default_factory=dict)  # small facts (e.g. when it was saved)
-    blob: bytes = b""  # the engine's snapshot at that cursor
+    engine: dict[str, Any] | None = None  # the engine's snapshot at that cursor (versioned JSON)
+    legacy_engine: bytes = b""  # format 1: crashdoc 0.1.0's pickled engine, converted once on load
     saved_at: float = 0.0
     warning: str = ""  # why the saved state could not be used, if it could not
 
@@ -56,7 +57,7 @@ class CursorStore:
             return SavedState(warning=f"cannot read {self.path}: {exc.strerror or exc}; starting at the journal's end")
         try:
             doc = json.loads(raw.decode("utf-8"))
-            if not isinstance(doc, dict) or doc.get("version") != FORMAT_VERSION:
+            if not isinstance(doc, dict) or doc.get("version") not in (1, FORMAT_VERSION):
                 raise ValueError("unknown format")
             cursor = doc.get("cursor")
             if cursor is not None and (not isinstance(cursor, str) or "=" not in cursor):
@@ -64,23 +65,29 @@ class CursorStore:
             data = doc.get("data") or {}
             if not isinstance(data, dict):
                 raise ValueError("bad data")
-            blob = base64.b64decode(doc.get("engine") or "", validate=True)
+            engine, legacy = doc.get("engine"), b""
+            if doc["version"] == 1:
+                engine, legacy = None, base64.b64decode(engine or "", validate=True)
+            elif engine is not None and not isinstance(engine, dict):
+                raise ValueError("bad engine state")
             saved_at = float(doc.get("saved_at") or 0.0)
             if not math.isfinite(saved_at):
                 raise ValueError("bad saved_at")
         except (ValueError, TypeError, RecursionError, UnicodeDecodeError, binascii.Error) as exc:  # any damage
             return SavedState(warning=f"{self.path} is unreadable ({exc}); starting at the journal's end")
         self.last_saved = cursor
-        return SavedState(cursor=cursor, data=data, blob=blob, saved_at=saved_at)
+        return SavedState(cursor=cursor, data=data, engine=engine, legacy_engine=legacy, saved_at=saved_at)
 
-    def save(self, cursor: str | None, data: dict[str, Any] | None = None, blob: bytes = b"") -> bool:
+    def save(
+        self, cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | None = None
+    ) -> bool:
         """Persist atomically; False (and `last_error`) when the folder cannot take it."""
         doc = {
             "version": FORMAT_VERSION,
             "cursor": cursor,
             "saved_at": time.time(),
             "data": data or {},
-            "engine": base64.b64encode(blob).decode("ascii"),
+            "engine": engine,
         }
         payload = json.dumps(doc, separators=(",", ":")).encode()
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")

@@ -1,0 +1,88 @@
+"""Assembles a daemon from a configuration: which parts, and how they are connected."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from crashdoc.commands.pipeline import build_engine, unit_builder
+from crashdoc.config import Config, parse_listen
+from crashdoc.matching.library import builtin_signature_dirs
+from crashdoc.matching.reload import LibraryHolder
+from crashdoc.outputs.http import HttpServer
+from crashdoc.outputs.journal_records import JournalRecorder
+from crashdoc.outputs.metrics import Health
+from crashdoc.remedy.fixes import unit_files
+from crashdoc.runtime.daemon import Daemon
+from crashdoc.runtime.effects import Effects
+from crashdoc.runtime.log import log
+from crashdoc.runtime.saving import StateSaver
+from crashdoc.runtime.view import HttpView
+from crashdoc.sources.cursor import CursorStore
+from crashdoc.sources.files import UnitFilesWatcher
+from crashdoc.sources.journal import JournalSource, UnitFilter
+from crashdoc.sources.units import UnitWatcher
+
+
+def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
+    """A daemon and its HTTP server (not started) for `config` (the CLI's `run`)."""
+    holder = LibraryHolder(library_folders(config), log=log)
+    own = own_unit()
+    units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
+    engine = build_engine(
+        lambda: holder.matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder()
+    )
+    source = JournalSource(units, directory=config.journal_directory)
+    store = CursorStore(config.state_directory)
+    watcher = UnitWatcher(units) if config.dbus else None
+    health = Health()
+    lock = threading.Lock()
+    view = HttpView(engine, holder, lock, health, store, watcher, config)
+    recorder = JournalRecorder(runbook_url=view.runbook_url)
+    effects = Effects(recorder, health)
+    if config.alertmanager.url:
+        from crashdoc.outputs.alerts import AlertSender
+
+        am = config.alertmanager
+        effects.alerts = AlertSender(
+            am.url, config.instance, view.runbook_url, health, am.resend_interval, am.timeout, log=log
+        )
+    daemon = Daemon(
+        config,
+        holder,
+        engine,
+        source,
+        StateSaver(store, health),
+        watcher,
+        effects,
+        view,
+        lock,
+        health,
+        unit_files=unit_files,
+        library_folders=library_folders,
+    )
+    if watcher is not None:
+        daemon.files = UnitFilesWatcher(daemon.file_changed)
+    host, port = parse_listen(listen or config.listen)
+    return daemon, HttpServer(view, host, port)
+
+
+def library_folders(config: Config) -> list[Path]:
+    return [
+        *(builtin_signature_dirs() if config.builtin_signatures else []),
+        *(Path(f) for f in config.signature_folders),
+    ]
+
+
+def own_unit() -> str | None:
+    """The unit crashdoc itself runs in, from /proc/self/cgroup: its records must never feed it."""
+    try:
+        text = Path("/proc/self/cgroup").read_text()
+    except OSError:
+        return None
+    for line in text.splitlines():
+        path = line.rsplit(":", 1)[-1]
+        for part in reversed(path.split("/")):
+            if part.endswith(".service"):
+                return part
+    return None

@@ -1,0 +1,27 @@
+"""Which configuration settings a reload (SIGHUP) applies while running, and which wait for a restart."""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+
+from crashdoc.config import Config
+
+LIVE_SETTINGS = ("units", "thresholds", "runbook_base_url", "signature_folders", "builtin_signatures")
+RESTART_SETTINGS = ("listen", "state_directory", "journal_directory", "alertmanager", "instance", "dbus")
+
+
+@dataclass(frozen=True, slots=True)
+class SettingsChange:
+    """A reload's outcome: the configuration to use now, what changed live, what waits for a restart."""
+
+    config: Config
+    live: tuple[str, ...]
+    later: tuple[str, ...]
+
+
+def settings_change(old: Config, new: Config) -> SettingsChange:
+    live = tuple(name for name in LIVE_SETTINGS if getattr(new, name) != getattr(old, name))
+    later = tuple(name for name in RESTART_SETTINGS if getattr(new, name) != getattr(old, name))
+    kept = dataclasses.replace(new, **{name: getattr(old, name) for name in RESTART_SETTINGS})
+    return SettingsChange(kept, live, later)

@@ -1,0 +1,82 @@
+"""What the HTTP server shows: metrics, diagnoses, the on-call pages and health, read under the
+daemon's lock (the engine is only ever changed by the loop's thread)."""
+
+from __future__ import annotations
+
+import socket
+import threading
+from dataclasses import dataclass
+from typing import Any
+
+from crashdoc.config import Config
+from crashdoc.diagnosis.engine import Engine
+from crashdoc.matching.reload import LibraryHolder
+from crashdoc.outputs import html as pages
+from crashdoc.outputs.metrics import Health, exposition
+from crashdoc.outputs.render import diagnoses_json
+from crashdoc.sources.cursor import CursorStore
+from crashdoc.sources.units import UnitWatcher
+
+
+@dataclass(slots=True)
+class HttpView:
+    engine: Engine
+    holder: LibraryHolder
+    lock: threading.Lock
+    health: Health
+    store: CursorStore
+    watcher: UnitWatcher | None
+    config: Config
+    registry: Any = None  # the prometheus_client registry, made when the daemon prepares
+
+    def metrics(self) -> bytes:
+        return exposition(self.registry)
+
+    def diagnoses_json(self, unit: str | None) -> str:
+        with self.lock:
+            return diagnoses_json(self.engine.diagnoses([unit] if unit else None))
+
+    def unit_page(self, unit: str) -> bytes | None:
+        with self.lock:
+            rec = self.engine.units().get(unit)
+            if rec is None:
+                return None
+            d = rec.diagnosis or rec.last_diagnosis
+            sig = self.holder.library.get(d.signature) if d is not None and d.signature else None
+            return pages.unit_page(rec, sig)
+
+    def runbook_page(self, signature: str) -> bytes | None:
+        with self.lock:
+            sig = self.holder.library.get(signature)
+            return None if sig is None else pages.runbook_page(sig, self.engine.units().values())
+
+    def index_page(self) -> bytes:
+        with self.lock:
+            return pages.index_page(self.engine.units().values())
+
+    def health_status(self) -> tuple[bool, dict[str, object]]:
+        h = self.health
+        detail: dict[str, object] = {
+            "dbus_up": h.dbus_up,
+            "journal_lag_seconds": h.journal_lag_seconds,
+            "journal_last_entry_timestamp": h.journal_last_entry_timestamp,
+            "journal_entries_skipped": h.journal_entries_skipped,
+            "journal_read_errors": h.journal_read_errors,
+            "signatures_loaded": h.signatures_loaded,
+            "state_writable": h.state_writable,
+            "last_state_error": self.store.last_error,
+            "last_dbus_error": self.watcher.last_error if self.watcher else "disabled",
+        }
+        return True, detail
+
+    def runbook_url(self, signature: str | None, unit: str) -> str:
+        """The link an alert or journal record carries: the runbook page, or the unit's page."""
+        base = (self.config.runbook_base_url or f"http://{display_host(self.config.listen)}").rstrip("/")
+        return f"{base}/runbook/{signature}" if signature else f"{base}/units/{unit}"
+
+
+def display_host(listen: str) -> str:
+    host, _, port = listen.rpartition(":")
+    if host in ("", "0.0.0.0", "::", "[::]"):
+        host = socket.gethostname()
+    return f"{host}:{port}"
