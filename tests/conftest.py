@@ -13,7 +13,22 @@ from pathlib import Path
 import pytest
 
 from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir, unavailable_reason
+from support.golden import Golden
 from support.sandboxes import SandboxFactory
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    parser.addoption(
+        "--update-golden",
+        action="store_true",
+        help="rewrite tests/golden/ from what crashdoc prints now (review `git diff tests/golden` after)",
+    )
+
+
+@pytest.fixture
+def golden(request: pytest.FixtureRequest) -> Golden:
+    """Compares output with tests/golden/NAME; `pytest --update-golden` rewrites the files."""
+    return Golden(bool(request.config.getoption("--update-golden")))
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
