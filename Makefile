@@ -22,6 +22,7 @@ run: setup
 test: setup-test
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
 	$(BIN)/crashdoc signatures lint
 	$(BIN)/pytest -q
 
@@ -45,6 +46,7 @@ $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 lint:
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
+	$(BIN)/mypy
 
 bench: setup-test
 	$(BIN)/python -m bench

@@ -252,7 +252,7 @@ _DEFAULT = Redactor()
 
 
 @overload
-def redact(value: str, redactor: Redactor | None = None) -> str: ...
+def redact(value: str, redactor: Redactor | None = None) -> str: ...  # type: ignore[overload-overlap]
 @overload
 def redact(value: Sequence[str], redactor: Redactor | None = None) -> list[str]: ...
 def redact(value: str | Sequence[str], redactor: Redactor | None = None) -> str | list[str]:

@@ -298,7 +298,7 @@ def _statements(body: Sequence[ast.stmt]) -> Iterator[ast.stmt]:
         for name in ("body", "orelse", "finalbody"):
             yield from _statements(getattr(stmt, name, ()))
         for handler in getattr(stmt, "handlers", ()):
-            yield handler  # type: ignore[misc]
+            yield handler
             yield from _statements(handler.body)
         for case in getattr(stmt, "cases", ()):
             yield from _statements(case.body)

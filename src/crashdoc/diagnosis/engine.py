@@ -118,7 +118,7 @@ class Engine:
             self.now = line.timestamp
         inv = rec.current
         if inv is None or inv.ended or (line.invocation and line.invocation != inv.id):
-            inv = self._invocation_for(rec, line.invocation, line.timestamp)
+            inv = self._run_for(rec, line.invocation, line.timestamp)
         inv.add_line(line)
         if line.cmdline and _launches_sglang(line.cmdline):  # a process's first line says who it is
             rec.sglang = True
@@ -392,6 +392,12 @@ class Engine:
         return [d for _, d in result]
 
     # --- internals -----------------------------------------------------------------------
+
+    def _run_for(self, rec: UnitRecord, invocation: str, timestamp: float) -> Run:
+        """The run a line belongs to, started on first sight."""
+        run = self._invocation_for(rec, invocation, timestamp)
+        assert run is not None  # create=True always gives one
+        return run
 
     def _invocation_for(self, rec: UnitRecord, invocation: str, timestamp: float, create: bool = True) -> Run | None:
         if invocation:

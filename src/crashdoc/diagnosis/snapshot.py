@@ -287,7 +287,7 @@ def _realise(value: Any, seen: dict[int, Any]) -> Any:
             raw = state
         else:
             raise SnapshotError(f"{value.target.__name__}: unexpected pickled state")
-        obj = object.__new__(value.target)
+        obj: Any = object.__new__(value.target)
         seen[id(value)] = obj  # before its fields, so that a cycle points at it
         names = {f.name for f in fields}
         values = {k: _realise(v, seen) for k, v in raw.items() if k in names}

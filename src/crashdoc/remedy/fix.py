@@ -662,7 +662,7 @@ def plan_fix(
                 f"an {settings or 'ExecStart='} there overrides this fix."
             )
     if old_text == new_text:
-        diff, apply, rollback = "", (), ()
+        diff, apply, rollback = "", [], []
         notes.append("The command already satisfies these changes: nothing to edit.")
     if inv.where is Where.SCRIPT_SHELL and rw.changed and not _plain_quote(inv.file_text[slice(*inv.outer)], inv.text):
         notes.append(

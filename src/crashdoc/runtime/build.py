@@ -40,10 +40,10 @@ def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpSer
     view = HttpView(engine, holder, lock, health, store, watcher, config)
     recorder = JournalRecorder(runbook_url=view.runbook_url)
     effects = Effects(recorder, health)
-    if config.alertmanager.url:
+    am = config.alertmanager
+    if am.url:
         from crashdoc.outputs.alerts import AlertSender
 
-        am = config.alertmanager
         effects.alerts = AlertSender(
             am.url, config.instance, view.runbook_url, health, am.resend_interval, am.timeout, log=log
         )

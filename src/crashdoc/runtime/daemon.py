@@ -19,10 +19,11 @@ import traceback
 from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from crashdoc.config import Config, ConfigError, load_config
 from crashdoc.diagnosis.engine import Engine
-from crashdoc.events import LifecycleRecord, LogLine, UnitState
+from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
 from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import recorded_event_ids
@@ -63,7 +64,7 @@ class Daemon:
     library_folders: Callable[[Config], list] = lambda config: []
     notify: Callable[[str], None] = lambda state: None
     config_path: str | None = None  # `crashdoc run --config FILE`: read again on SIGHUP
-    overrides: dict[str, object] = field(default_factory=dict)  # command-line options: they win over the file
+    overrides: dict[str, Any] = field(default_factory=dict)  # command-line options: they win over the file
     _file_events: deque[tuple[str, str, float]] = field(default_factory=lambda: deque(maxlen=1000))
     _stop: bool = False
     _reload_requested: bool = False
@@ -337,7 +338,7 @@ class Daemon:
             log("SIGHUP: no configuration file (--config) to read again; reloading the signature library")
             return
         try:
-            new = dataclasses.replace(load_config(self.config_path), **self.overrides)  # type: ignore[arg-type]
+            new = dataclasses.replace(load_config(self.config_path), **self.overrides)
         except ConfigError as exc:
             self.health.config_reload_errors += 1
             self.health.config_reload_ok = False
@@ -411,7 +412,7 @@ class Daemon:
             self.saver.dirty = True  # the outbox on disk is stale now; the next save empties it
         return effects
 
-    def _active_alerts(self) -> dict[str, object]:
+    def _active_alerts(self) -> dict[str, Diagnosis]:
         return {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
 
     def _account(self, before: str | None, entries: int, errors: int) -> None:

@@ -13,6 +13,7 @@ import os
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from crashdoc.events import UnitState
 from crashdoc.sources.journal import UnitFilter
@@ -65,7 +66,7 @@ class UnitWatcher:
     reconnect_max: float = 30.0
     up: bool = False
     last_error: str = ""
-    bus: object | None = None
+    bus: Any = None  # pystemd's DBus (untyped)
     _paths: dict[bytes, str] = field(default_factory=dict)  # object path -> unit name
     _dirty: set[str] = field(default_factory=set)
     _next_attempt: float = 0.0
@@ -120,7 +121,7 @@ class UnitWatcher:
         bus, self.bus = self.bus, None
         if bus is not None:
             try:
-                bus.close()  # type: ignore[attr-defined]
+                bus.close()
             except Exception:
                 pass
 
@@ -138,7 +139,7 @@ class UnitWatcher:
         if self.bus is None:
             return None
         try:
-            fd = int(self.bus.get_fd())  # type: ignore[attr-defined]
+            fd = int(self.bus.get_fd())
         except Exception as exc:
             self._lost(exc)
             return None
@@ -154,9 +155,7 @@ class UnitWatcher:
         if self.bus is None:
             return []
         try:
-            reply = self.bus.call_method(  # type: ignore[attr-defined]
-                SYSTEMD, MANAGER_PATH, MANAGER_IFACE, b"ListUnits", []
-            ).body
+            reply = self.bus.call_method(SYSTEMD, MANAGER_PATH, MANAGER_IFACE, b"ListUnits", []).body
         except Exception as exc:
             self._lost(exc)
             return []
@@ -176,8 +175,10 @@ class UnitWatcher:
         path = unit_path(unit)
         self._paths[path] = unit
 
-        def prop(iface: bytes, name: bytes) -> object:
-            return self.bus.get_property(SYSTEMD, path, iface, name, _TYPES[name])  # type: ignore[attr-defined]
+        bus = self.bus
+
+        def prop(iface: bytes, name: bytes) -> Any:  # pystemd's values, typed by the D-Bus signature
+            return bus.get_property(SYSTEMD, path, iface, name, _TYPES[name])
 
         try:
             load_state = _text(prop(UNIT_IFACE, b"LoadState"))
@@ -188,17 +189,17 @@ class UnitWatcher:
             st.invocation = bytes(invocation).hex() if isinstance(invocation, bytes | list) else ""
             st.fragment_path = _text(prop(UNIT_IFACE, b"FragmentPath"))
             st.drop_in_paths = tuple(_text(p) for p in prop(UNIT_IFACE, b"DropInPaths") or [])
-            st.active_enter_timestamp = int(prop(UNIT_IFACE, b"ActiveEnterTimestamp") or 0) / 1e6  # type: ignore[arg-type]
+            st.active_enter_timestamp = int(prop(UNIT_IFACE, b"ActiveEnterTimestamp") or 0) / 1e6
             if unit.endswith(".service") and st.loaded:
                 st.result = _text(prop(SERVICE_IFACE, b"Result"))
-                st.n_restarts = int(prop(SERVICE_IFACE, b"NRestarts"))  # type: ignore[arg-type]
-                st.exec_main_status = int(prop(SERVICE_IFACE, b"ExecMainStatus"))  # type: ignore[arg-type]
-                st.exec_main_code = int(prop(SERVICE_IFACE, b"ExecMainCode"))  # type: ignore[arg-type]
+                st.n_restarts = int(prop(SERVICE_IFACE, b"NRestarts"))
+                st.exec_main_status = int(prop(SERVICE_IFACE, b"ExecMainStatus"))
+                st.exec_main_code = int(prop(SERVICE_IFACE, b"ExecMainCode"))
                 exec_start = prop(SERVICE_IFACE, b"ExecStart") or []
                 if exec_start:
-                    st.exec_start = tuple(_text(a) for a in exec_start[0][1])  # type: ignore[index]
+                    st.exec_start = tuple(_text(a) for a in exec_start[0][1])
                 env_files = prop(SERVICE_IFACE, b"EnvironmentFiles") or []
-                st.environment_files = tuple(_text(row[0]) for row in env_files)  # type: ignore[index]
+                st.environment_files = tuple(_text(row[0]) for row in env_files)
                 self._read_numa(st, prop)
         except Exception as exc:
             text = str(exc)
@@ -209,11 +210,11 @@ class UnitWatcher:
         return st
 
     @staticmethod
-    def _read_numa(st: UnitState, prop: Callable[[bytes, bytes], object]) -> None:
+    def _read_numa(st: UnitState, prop: Callable[[bytes, bytes], Any]) -> None:
         """NUMAPolicy=, NUMAMask=, CPUAffinity= (for the HiCache host-memory check); systemd before 243 has
         none of them, which must not count as a lost bus."""
         try:
-            policy = int(prop(SERVICE_IFACE, b"NUMAPolicy"))  # type: ignore[call-overload]
+            policy = int(prop(SERVICE_IFACE, b"NUMAPolicy"))
             mask = prop(SERVICE_IFACE, b"NUMAMask")
             affinity = prop(SERVICE_IFACE, b"CPUAffinity")
         except Exception as exc:
@@ -232,7 +233,7 @@ class UnitWatcher:
             return set()
         try:
             for _ in range(10_000):
-                msg = self.bus.process()  # type: ignore[attr-defined]
+                msg = self.bus.process()
                 if msg.is_empty():
                     break
         except Exception as exc:
@@ -240,9 +241,9 @@ class UnitWatcher:
         changed, self._dirty = self._dirty, set()
         return changed
 
-    def _on_properties_changed(self, msg: object) -> None:
+    def _on_properties_changed(self, msg: Any) -> None:
         try:
-            path = bytes(msg.get_path())  # type: ignore[attr-defined]
+            path = bytes(msg.get_path())
         except Exception:
             return
         unit = self._paths.get(path)
@@ -253,10 +254,10 @@ class UnitWatcher:
             unit = self._paths[path] = name
         self._dirty.add(unit)
 
-    def _on_unit_new(self, msg: object) -> None:
+    def _on_unit_new(self, msg: Any) -> None:
         try:
-            msg.process_reply(False)  # type: ignore[attr-defined]
-            name = _text(msg.body[0])  # type: ignore[attr-defined]
+            msg.process_reply(False)
+            name = _text(msg.body[0])
         except Exception:
             return
         # Only a unit never seen before is news. A known unit is loaded again whenever its
