@@ -8,37 +8,17 @@ and systemd-coredump records name their unit; binary fields do not break anythin
 from __future__ import annotations
 
 import shutil
-import subprocess
 from pathlib import Path
 
 import pytest
 
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, WatchRule
 from crashdoc.sources.journal import JournalSource, UnitFilter
+from support.journal_files import needs_journal_remote, write_journal
 
-JOURNAL_REMOTE = Path("/lib/systemd/systemd-journal-remote")
-pytestmark = pytest.mark.skipif(not JOURNAL_REMOTE.exists(), reason="systemd-journal-remote is not installed")
+pytestmark = needs_journal_remote
 UNIT = "sglang-prefill.service"
-BOOT = "0123456789abcdef0123456789abcdef"
 INV = "a1b2c3d4e5f60718293a4b5c6d7e8f90"
-
-
-def entry(i: int, fields: dict[str, str | bytes]) -> bytes:
-    out = [f"__REALTIME_TIMESTAMP={1_800_000_000_000_000 + i * 1000}", f"__MONOTONIC_TIMESTAMP={i}", f"_BOOT_ID={BOOT}"]
-    blob = "\n".join(out).encode() + b"\n"
-    for key, value in fields.items():
-        if isinstance(value, bytes):  # export format: binary fields are NAME\n<le64 size><data>\n
-            blob += key.encode() + b"\n" + len(value).to_bytes(8, "little") + value + b"\n"
-        else:
-            blob += f"{key}={value}\n".encode()
-    return blob + b"\n"
-
-
-def write_journal(folder: Path, entries: list[dict[str, str | bytes]]) -> Path:
-    export = b"".join(entry(i, e) for i, e in enumerate(entries, 1))
-    out = folder / "test.journal"
-    subprocess.run([str(JOURNAL_REMOTE), f"--output={out}", "-"], input=export, check=True, capture_output=True)
-    return out
 
 
 def pid1(message_id: str, message: str, **fields: str) -> dict[str, str | bytes]:
