@@ -21,12 +21,18 @@ from bench.journal_gen import JournalSet
 
 
 def worker(files: list[str]) -> dict[str, float]:
-    from crashdoc.commands.pipeline import feed
     from crashdoc.diagnosis.engine import Engine
-    from crashdoc.events import LogLine, WatchRule
+    from crashdoc.events import LogLine
     from crashdoc.matching.library import load_library
     from crashdoc.matching.matcher import Matcher
     from crashdoc.sources.journal import JournalSource, UnitFilter
+
+    try:
+        from crashdoc.commands.pipeline import feed
+        from crashdoc.events import WatchRule
+    except ImportError:  # a tree from before the one-way layers (the `--before-src` of a before/after run)
+        from crashdoc.commands import feed  # type: ignore[no-redef]
+        from crashdoc.sources.journal import WatchRule  # type: ignore[no-redef,attr-defined]
 
     matcher = Matcher(load_library(os.environ["CRASHDOC_BENCH_SIGNATURES"].split(os.pathsep)))
     source = JournalSource(UnitFilter((WatchRule("sglang*.service"),)), files=files)
