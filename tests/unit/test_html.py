@@ -20,6 +20,7 @@ from urllib.parse import quote, urljoin
 
 import pytest
 
+from crashdoc.commands.pipeline import daemon_engine
 from crashdoc.config import Config
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, UnitState, WatchRule
 from crashdoc.matching.library import builtin_signature_dirs
@@ -159,7 +160,7 @@ def served(tmp_path: Path) -> Iterator[Served]:
         builtin_signatures=False,
         signature_folders=(str(builtin_signature_dirs()[0] / "sglang" / "hicache.yaml"),),
     )
-    daemon, http = build(config)
+    daemon, http = build(config, daemon_engine)
     daemon.prepare()
     http.start()
     crash_loop(daemon, HOSTILE_UNIT, HOSTILE_TRACEBACK)

@@ -1,8 +1,8 @@
 """The folder tree is the pipeline: a module imports only from its own layer or the layers below it.
 
 Bottom modules (events, errors, redact, text, yamlfile) import nothing of crashdoc's layers; sources <
-assembly < matching < diagnosis < remedy < authoring < outputs < config < runtime and commands (one layer)
-< cli. The sandbox is test and demo infrastructure, imported only by commands and the tests.
+assembly < matching < diagnosis < remedy < authoring < outputs < config < runtime < commands < cli. The
+sandbox is test and demo infrastructure, imported only by commands and the tests.
 """
 
 from __future__ import annotations
@@ -30,9 +30,9 @@ LAYERS: dict[str, int] = {
     "outputs": 7,
     "config": 8,
     "runtime": 9,
-    "commands": 9,
-    "cli": 10,
-    "__main__": 11,
+    "commands": 10,
+    "cli": 11,
+    "__main__": 12,
 }
 
 

@@ -54,6 +54,13 @@ def build_engine(
     return Engine(matcher, thresholds=thresholds, role_of=role_of, builder=builder)
 
 
+def daemon_engine(
+    matcher: Callable[[], Matcher], thresholds: Thresholds, role_of: Callable[[str], str | None]
+) -> Engine:
+    """The daemon's engine: the current (hot-reloaded) matcher, fixes on the units' real commands."""
+    return build_engine(matcher, builder=unit_builder(), thresholds=thresholds, role_of=role_of)
+
+
 def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
     for event in events:
         if isinstance(event, LogLine):

@@ -11,6 +11,7 @@ from crashdoc.errors import UserError
 
 def main(args: argparse.Namespace) -> int:
     """The daemon."""
+    from crashdoc.commands.pipeline import daemon_engine
     from crashdoc.config import ConfigError, load_config, parse_listen
     from crashdoc.runtime.build import build
     from crashdoc.runtime.log import log
@@ -40,7 +41,7 @@ def main(args: argparse.Namespace) -> int:
     if overrides:
         config = dataclasses.replace(config, **overrides)
     try:
-        daemon, http = build(config)
+        daemon, http = build(config, daemon_engine)
     except OSError as exc:
         raise UserError(str(exc.strerror or exc)) from exc
     except Exception as exc:

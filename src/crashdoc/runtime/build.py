@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
 
-from crashdoc.commands.pipeline import build_engine, unit_builder
 from crashdoc.config import Config, parse_listen
+from crashdoc.diagnosis.engine import Engine
+from crashdoc.events import Thresholds
 from crashdoc.matching.library import builtin_signature_dirs
+from crashdoc.matching.matcher import Matcher
 from crashdoc.matching.reload import LibraryHolder
 from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import JournalRecorder
@@ -23,15 +26,17 @@ from crashdoc.sources.files import UnitFilesWatcher
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.sources.units import UnitWatcher
 
+# (the current matcher, thresholds, role of a unit) -> the engine; commands/pipeline.py makes the one
+# `run`, `diagnose` and `explain` share
+EngineFactory = Callable[[Callable[[], Matcher], Thresholds, Callable[[str], str | None]], Engine]
 
-def build(config: Config, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
+
+def build(config: Config, make_engine: EngineFactory, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
     """A daemon and its HTTP server (not started) for `config` (the CLI's `run`)."""
     holder = LibraryHolder(library_folders(config), log=log)
     own = own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
-    engine = build_engine(
-        lambda: holder.matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder()
-    )
+    engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of)
     source = JournalSource(units, directory=config.journal_directory)
     store = CursorStore(config.state_directory)
     watcher = UnitWatcher(units) if config.dbus else None
