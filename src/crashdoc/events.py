@@ -234,3 +234,4 @@ class Diagnosis:
     exit: str | None = None  # "killed by SIGKILL", "exit status 1"
     timestamp: float = 0.0
     config_change: dict[str, object] | None = None  # the edit that started the loop, with the flag diff
+    derived: bool = False  # answered by a signature derived from SGLang's source, not a reviewed one

@@ -10,6 +10,7 @@ from datetime import datetime
 
 from crashdoc.commands.pipeline import build_engine, feed, load_library_or_fail, unit_builder
 from crashdoc.errors import UserError
+from crashdoc.matching.derived import load_shipped
 from crashdoc.matching.matcher import Matcher
 
 DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
@@ -67,7 +68,9 @@ def main(args: argparse.Namespace) -> int:
     watcher = UnitWatcher(units) if live else None
     if watcher is not None and not watcher.connect():
         watcher = None
-    engine = build_engine(Matcher(library), thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder())
+    engine = build_engine(
+        Matcher(library, load_shipped()), thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder()
+    )
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
             engine.watch(unit)

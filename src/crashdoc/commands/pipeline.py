@@ -13,6 +13,7 @@ from crashdoc.diagnosis.engine import Engine
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.errors import UserError
 from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, Thresholds
+from crashdoc.matching.derived import load_shipped
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 
@@ -73,12 +74,12 @@ def explain_text(text: str, library: Library, matcher: Matcher | None = None) ->
     """Diagnose one pasted log."""
     from crashdoc.sources.textlog import parse_text
 
-    engine = build_engine(matcher or Matcher(library), builder=pasted_log_builder())
+    engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder())
     feed(engine, parse_text(text).events)
     engine.finish()
     return engine.diagnoses()
 
 
 def explain_texts(sources: Iterable[tuple[str, str]], library: Library) -> list[tuple[str, list[Diagnosis]]]:
-    matcher = Matcher(library)
+    matcher = Matcher(library, load_shipped())
     return [(name, explain_text(text, library, matcher)) for name, text in sources]

@@ -16,6 +16,7 @@ from crashdoc.diagnosis.configchange import ConfigChange
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Run
 from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
+from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
 from crashdoc.matching.flagnames import canonical, canonical_flags
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
@@ -69,6 +70,12 @@ class DiagnosisBuilder:
     ) -> Diagnosis:
         sig = library.get(finding.signature_id) if finding.signature_id else None
         captures = dict(finding.match.captures) if finding.match else {}
+        derived = finding.derived if sig is None else None
+        if derived is not None:
+            # no reviewed signature knows it: SGLang's own check, read from its source, answers
+            sig = derived.signature.as_signature(finding.category_guess, derived.known)
+            captures = dict(derived.captures)
+            confidence = min(confidence, DERIVED_CONFIDENCE)
         if sig is not None:
             title, category, severity = sig.title, sig.category, sig.severity
             flags = list(sig.flags)
@@ -83,6 +90,10 @@ class DiagnosisBuilder:
         evidence = list(finding.evidence)
         if ctx.config_change is not None:
             evidence.insert(0, ctx.config_change.summary())
+        if derived is not None:
+            evidence.append(derived.signature.evidence(derived.known))
+            if derived.in_release is False:
+                evidence.append(f"this check is not in the unit's SGLang release {ctx.facts.sglang_version}")
         # systemd's restart count is `restarts`, kept current; a copy here would go stale as the loop goes on
         if crashes > 1:
             evidence.append(f"{crashes} crashes in this loop share this root cause (confidence {confidence:.2f})")
@@ -109,6 +120,7 @@ class DiagnosisBuilder:
             exit=inv.exit_text() if inv is not None else None,
             timestamp=finding.timestamp,
             config_change=ctx.config_change.as_dict() if ctx.config_change is not None else None,
+            derived=derived is not None,
         )
 
     def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:

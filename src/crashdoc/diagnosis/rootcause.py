@@ -17,6 +17,7 @@ from crashdoc.assembly.fingerprint import fingerprint_text, fingerprint_tracebac
 from crashdoc.diagnosis.category import guess_category
 from crashdoc.diagnosis.run import Run
 from crashdoc.events import ExceptionInfo, Match, Traceback
+from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher
 
 ROOT_WINDOW_SECONDS = 120.0
@@ -46,10 +47,13 @@ class Finding:
     evidence: list[str] = field(default_factory=list)
     timestamp: float = 0.0
     processes: list[str] = field(default_factory=list)  # the ranks or PIDs that raised it
+    derived: DerivedMatch | None = None  # a derived signature, when no reviewed one matched
 
     @property
     def signature_id(self) -> str | None:
-        return self.match.signature_id if self.match else None
+        if self.match is not None:
+            return self.match.signature_id
+        return self.derived.signature.id if self.derived is not None else None
 
 
 def is_consequence(tb: Traceback) -> bool:
@@ -106,6 +110,8 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
                 if other.match is not None and other.fingerprint == chosen.fingerprint:
                     chosen = other
                     break
+        if chosen.match is None and chosen.traceback is not None:
+            chosen.derived = matcher.match_derived(chosen.traceback, facts)
         _add_traceback_evidence(chosen, inv)
         return chosen
     critical = [h for h in inv.line_hits if _severity(matcher, h.match) == "critical"]

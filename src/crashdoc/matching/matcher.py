@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 import re2
 
 from crashdoc.events import ExceptionInfo, Match, Traceback
+from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 from crashdoc.matching.library import Library, Signature
 
 _LITERAL_WEIGHT_CAP = 60
@@ -34,6 +35,7 @@ class Facts:
     disaggregation_mode: str = ""
     role: str = ""
     platform: str = ""
+    sglang_version: str = ""  # the SGLang release the unit runs, when known: derived matches prefer it
 
     def get(self, key: str) -> str:
         return str(getattr(self, key, "") or "")
@@ -90,8 +92,9 @@ class _PatternSet:
 class Matcher:
     """Finds the signatures that recognise a traceback, a log line or an exit."""
 
-    def __init__(self, library: Library) -> None:
+    def __init__(self, library: Library, derived: DerivedLibrary | None = None) -> None:
         self.library = library
+        self.derived = derived  # answers only what no reviewed signature matches
         self._traceback: list[_Compiled] = []
         self._by_type: list[_Compiled] = []  # exception-type-only signatures (no message pattern)
         self._line: list[_Compiled] = []
@@ -189,6 +192,17 @@ class Matcher:
                 return None
             score += 10
         return score
+
+    def match_derived(self, tb: Traceback, facts: Facts | None = None) -> DerivedMatch | None:
+        """The derived signature for the exception finally raised (or one it was chained from)."""
+        if self.derived is None:
+            return None
+        release = facts.sglang_version if facts is not None and facts.sglang_version else None
+        for exc in reversed(tb.chain):
+            found = self.derived.match(exc.message, exc.type, release)
+            if found is not None:
+                return found
+        return None
 
     # --- lines ---------------------------------------------------------------------------
 

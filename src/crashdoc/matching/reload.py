@@ -16,6 +16,7 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from crashdoc.matching.derived import DerivedLibrary
 from crashdoc.matching.library import FileCache, Library, LibraryError, load_library
 from crashdoc.matching.matcher import Matcher
 
@@ -23,14 +24,17 @@ from crashdoc.matching.matcher import Matcher
 class LibraryHolder:
     """The active matcher, swapped atomically when a good library has been loaded."""
 
-    def __init__(self, folders: Sequence[Path], log: Callable[[str], None] = print) -> None:
+    def __init__(
+        self, folders: Sequence[Path], log: Callable[[str], None] = print, derived: DerivedLibrary | None = None
+    ) -> None:
         self.folders = [Path(f) for f in folders]
+        self.derived = derived  # kept across reloads: it is package data, not the watched folders
         self._log = log
         self.reloads = 0
         self.errors = 0
         self.last_error = ""
         self._files = FileCache()
-        self._matcher = Matcher(load_library(self.folders, self._files))  # the first load must succeed
+        self._matcher = Matcher(load_library(self.folders, self._files), derived)  # the first load must succeed
 
     @property
     def matcher(self) -> Matcher:
@@ -43,7 +47,7 @@ class LibraryHolder:
     def reload(self) -> bool:
         """Load again; True when the new library replaced the old one."""
         try:
-            matcher = Matcher(load_library(self.folders, self._files))
+            matcher = Matcher(load_library(self.folders, self._files), self.derived)
         except LibraryError as exc:
             self.errors += 1
             self.last_error = str(exc.problems[0]) if exc.problems else "unknown problem"

@@ -44,6 +44,7 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
         "exit": d.exit,
         "timestamp": d.timestamp or None,
         "config_change": d.config_change,
+        "derived": d.derived,
     }
     return redact_data(data)
 
@@ -77,6 +78,8 @@ def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
         f"  signature: {d.signature or 'unknown'}   category: {d.category}   severity: {red}{d.severity}{reset}"
         + (f"   fingerprint: {d.fingerprint}" if d.signature is None else ""),
     ]
+    if d.derived:
+        lines.append(f"  derived from SGLang's source (not reviewed), confidence {d.confidence:.2f}")
     status = []
     if d.restarts is not None:
         status.append(f"restarts (NRestarts): {d.restarts}")

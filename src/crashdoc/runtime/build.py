@@ -9,6 +9,7 @@ from pathlib import Path
 from crashdoc.config import Config, parse_listen
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.events import Thresholds
+from crashdoc.matching.derived import load_shipped
 from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.matching.matcher import Matcher
 from crashdoc.matching.reload import LibraryHolder
@@ -33,7 +34,7 @@ EngineFactory = Callable[[Callable[[], Matcher], Thresholds, Callable[[str], str
 
 def build(config: Config, make_engine: EngineFactory, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
     """A daemon and its HTTP server (not started) for `config` (the CLI's `run`)."""
-    holder = LibraryHolder(library_folders(config), log=log)
+    holder = LibraryHolder(library_folders(config), log=log, derived=load_shipped())
     own = own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
     engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of)

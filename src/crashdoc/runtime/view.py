@@ -10,6 +10,7 @@ from typing import Any
 
 from crashdoc.config import Config
 from crashdoc.diagnosis.engine import Engine
+from crashdoc.matching.library import Signature
 from crashdoc.matching.reload import LibraryHolder
 from crashdoc.outputs import html as pages
 from crashdoc.outputs.metrics import Health, exposition
@@ -42,13 +43,23 @@ class HttpView:
             if rec is None:
                 return None
             d = rec.diagnosis or rec.last_diagnosis
-            sig = self.holder.library.get(d.signature) if d is not None and d.signature else None
+            sig = self._signature(d.signature) if d is not None and d.signature else None
             return pages.unit_page(rec, sig)
 
     def runbook_page(self, signature: str) -> bytes | None:
         with self.lock:
-            sig = self.holder.library.get(signature)
+            sig = self._signature(signature)
             return None if sig is None else pages.runbook_page(sig, self.engine.units().values())
+
+    def _signature(self, signature: str) -> Signature | None:
+        """A reviewed signature, or a derived one seen as a signature (its runbook says it was derived)."""
+        sig = self.holder.library.get(signature)
+        derived = self.holder.derived
+        if sig is None and derived is not None and signature.startswith("derived-"):
+            found = derived.get(signature)
+            if found is not None:
+                return found.as_signature("other", derived.releases)
+        return sig
 
     def index_page(self) -> bytes:
         with self.lock:

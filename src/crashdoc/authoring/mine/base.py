@@ -13,6 +13,7 @@ MAX_RESOLVE_DEPTH = 8
 MAX_CHOICES = 6  # branches of one message rebuilt as alternatives
 PARALLEL_BYTES = 4 << 20  # below this, parsing in-process is faster than starting workers
 TODO = "TODO(review)"
+MAX_CONDITION = 400  # characters of a guarding condition kept
 
 # A flag as SGLang's messages write it: `--x` not glued to a word or another dash. The schema
 # wants lowercase kebab-case; `--Foo` or `--foo_bar` in a message is reported but not listed.

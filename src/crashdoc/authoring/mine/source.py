@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import ast
 import builtins
+import dataclasses
 import gc
 from collections import Counter
 from collections.abc import Iterator, Sequence
@@ -11,7 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from crashdoc.authoring.mine.base import ENV, EXCEPTION_SUFFIXES, FLAG, PACKAGE, PREFILTER
+from crashdoc.authoring.mine.base import ENV, EXCEPTION_SUFFIXES, FLAG, MAX_CONDITION, PACKAGE, PREFILTER
 from crashdoc.authoring.mine.hot import parse_hot
 from crashdoc.authoring.mine.templates import Rebuilder, Scope, Template, source_text
 
@@ -30,6 +31,9 @@ class Statement:
     printed_type: str  # as a traceback prints it: builtins bare, others with their module
     template: Template
     code: str  # the statement's first source line, as a traceback frame shows it
+    # what SGLang checks: the enclosing `if` tests that lead to a raise (`a and not (b)` for an
+    # else branch), or an assert's own test; "" when the raise is unconditional
+    condition: str = ""
 
     @property
     def source(self) -> str:
@@ -153,6 +157,7 @@ def _walk(
     imports: _Imports,
     lines: list[str],
     result: FileResult,
+    guards: tuple[str, ...] = (),
 ) -> None:
     for stmt in body:
         if isinstance(stmt, ast.FunctionDef | ast.AsyncFunctionDef):
@@ -164,18 +169,41 @@ def _walk(
         if isinstance(stmt, ast.ClassDef):
             _walk(stmt.body, scopes, stmt.name, rebuilder, imports, lines, result)
             continue
+        found = len(result.statements)
         if isinstance(stmt, ast.Raise):
             _raise(stmt, scopes, function, rebuilder, imports, lines, result)
+            if len(result.statements) > found and guards:
+                result.statements[-1] = dataclasses.replace(result.statements[-1], condition=_joined(guards))
         elif isinstance(stmt, ast.Assert):
             _assert(stmt, scopes, function, rebuilder, lines, result)
+            if len(result.statements) > found:
+                result.statements[-1] = dataclasses.replace(
+                    result.statements[-1], condition=source_text(stmt.test, MAX_CONDITION)
+                )
+        test = source_text(stmt.test, MAX_CONDITION) if isinstance(stmt, ast.If | ast.While) else None
         for name in ("body", "orelse", "finalbody"):
             inner = getattr(stmt, name, None)
             if inner:
-                _walk(inner, scopes, function, rebuilder, imports, lines, result)
+                inner_guards = guards
+                if test is not None and name == "body":
+                    inner_guards = (*guards, test)
+                elif test is not None and name == "orelse":
+                    inner_guards = (*guards, f"not ({test})")
+                _walk(inner, scopes, function, rebuilder, imports, lines, result, inner_guards)
         for handler in getattr(stmt, "handlers", ()):
-            _walk(handler.body, scopes, function, rebuilder, imports, lines, result)
+            _walk(handler.body, scopes, function, rebuilder, imports, lines, result, guards)
         for case in getattr(stmt, "cases", ()):
-            _walk(case.body, scopes, function, rebuilder, imports, lines, result)
+            _walk(case.body, scopes, function, rebuilder, imports, lines, result, guards)
+
+
+def _joined(guards: tuple[str, ...]) -> str:
+    """The enclosing tests as one condition; the innermost ones when the whole would be too long."""
+    kept: list[str] = []
+    for guard in reversed(guards):
+        if kept and sum(len(g) + 5 for g in kept) + len(guard) > MAX_CONDITION:
+            break
+        kept.insert(0, guard if len(guards) == 1 or " " not in guard or guard.startswith("not (") else f"({guard})")
+    return " and ".join(kept)
 
 
 def _message_arg(call: ast.Call) -> ast.expr | None:

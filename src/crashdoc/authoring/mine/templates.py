@@ -460,14 +460,15 @@ class Rebuilder:
         return False
 
 
-def source_text(node: ast.AST | None) -> str:
+def source_text(node: ast.AST | None, limit: int = 80) -> str:
+    """The expression as written (normalised by `ast.unparse`), cut at `limit` characters."""
     if node is None:
         return "?"
     try:
         text = ast.unparse(node)
     except Exception:  # unparse has no documented failure modes; a hole name is not worth a crash
         return "?"
-    return text if len(text) <= 80 else text[:77] + "..."
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _capture_name(node: ast.AST | None) -> str | None:
