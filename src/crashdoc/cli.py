@@ -71,7 +71,7 @@ def build_parser() -> argparse.ArgumentParser:
     check = sub.add_parser("check-config", help="validate a configuration file")
     check.add_argument("file", metavar="FILE")
 
-    sigs = sub.add_parser("signatures", help="the signature library: list, test, lint, mine")
+    sigs = sub.add_parser("signatures", help="the signature library: list, test, lint, mine, derive")
     sigs_sub = sigs.add_subparsers(dest="action", metavar="ACTION")
     lst = sigs_sub.add_parser("list", help="id, category, severity, flags, source")
     lst.add_argument("dirs", nargs="*", metavar="DIR")
@@ -84,6 +84,11 @@ def build_parser() -> argparse.ArgumentParser:
     mine.add_argument("--out", metavar="DIR", help="write candidate YAML files here")
     mine.add_argument("--json", action="store_true", help="print the coverage report as JSON")
     _library_args(mine)
+
+    derive = sigs_sub.add_parser("derive", help="derived signatures from an SGLang source tree, wheel or site-packages")
+    derive.add_argument("--source", required=True, metavar="DIR|WHEEL")
+    derive.add_argument("--out", metavar="FILE", help="write the derived data (gzip'd JSON, as shipped) here")
+    derive.add_argument("--json", action="store_true", help="print every derived signature as JSON")
 
     runbooks = sub.add_parser("runbooks", help="runbooks as Markdown")
     rb_sub = runbooks.add_subparsers(dest="action", metavar="ACTION")

@@ -44,7 +44,8 @@ _SUGGEST = re.compile(
     re.I,
 )
 _RANGE = re.compile(
-    r"(?P<flag>--[a-z0-9][a-z0-9-]*|SGLANG_[A-Z0-9_]+)[^.;]{0,40}?(?:must|should) be (?:(?:in|within|between) )?"
+    r"(?P<flag>--[a-z0-9][a-z0-9-]*|SGLANG_[A-Z0-9_]+)[^.;]{0,40}?(?:(?:must|should) be|to(?: be)?) (?:an? )?"
+    r"(?:(?:in|within|between) )?"
     r"(?:(?P<open>[\[(])\s*(?P<low>-?\d+(?:\.\d+)?)\s*,\s*(?P<high>-?\d+(?:\.\d+)?)\s*(?P<close>[\])])|"
     r"(?P<word>positive|non-negative|nonnegative|greater than(?: or equal to)?|at least|>=|>)"
     r"\s*(?P<bound>-?\d+(?:\.\d+)?)?)",
@@ -65,7 +66,7 @@ _DROP = re.compile(
     re.I,
 )
 _ADD = re.compile(
-    r"(?:enable|add|turn on|set|pass|specify|provide|launch with|start (?:the server )?with|requires?|needs?|"
+    r"(?P<verb>enable|add|turn on|set|pass|specify|provide|launch with|start (?:the server )?with|requires?|needs?|"
     r"must (?:also )?(?:be )?(?:used |enabled )?(?:with|together with)|only (?:works|supported|valid|meaningful|"
     r"available|allowed) (?:with|when)|depends on)\W{0,3}(?:the\s)?(?P<flag>--[a-z0-9][a-z0-9-]*|SGLANG_[A-Z0-9_]+)",
     re.I,
@@ -180,8 +181,12 @@ def bounded(pattern: str) -> str:
 # --- the generic fix ---------------------------------------------------------------------
 
 
+_SWITCH_WORDS = frozenset({"enable", "disable", "use", "no", "skip", "allow", "force", "trust", "keep", "load", "is"})
+
+
 def _is_switch(flag: str) -> bool:
-    return flag.startswith(_SWITCH_PREFIXES)
+    """A flag that takes no value, as far as its name tells: `--enable-x`, `--lora-use-virtual-experts`."""
+    return flag.startswith(_SWITCH_PREFIXES) or bool(_SWITCH_WORDS & set(flag[2:].split("-")))
 
 
 def derive_fix(
@@ -275,7 +280,7 @@ def _from_range(text: str, named: Sequence[str]) -> tuple[list[FlagChange], str]
 
 _NOT_VALUES = frozenset(
     {"or", "and", "to", "is", "are", "the", "a", "an", "instead", "with", "when", "if", "for", "in", "on", "as",
-     "be", "not", "only", "mode", "flag", "option", "argument", "enabled", "disabled", "set", "must", "should",
+     "be", "not", "only", "mode", "flag", "option", "argument", "set", "must", "should",
      "requires", "require", "needs", "can", "cannot", "will", "does", "do", "of", "at", "by", "but", "so", "this",
      "that", "it", "than", "because", "together", "also", "both", "either", "none", "value", "values"}
 )  # fmt: skip
@@ -295,8 +300,14 @@ def _from_requirement(text: str, named: Sequence[str]) -> tuple[list[FlagChange]
         flag = _in(m.group("flag"), named)
         if flag is None:
             continue
-        before = [f for f in named if f != flag and text.find(f) != -1 and text.find(f) < m.start()]
-        if _is_switch(flag):
+        before = [
+            f for f in named if f.startswith("--") and f != flag and text.find(f) != -1 and text.find(f) < m.start()
+        ]
+        after = text[m.end() : m.end() + 12].lower()
+        verb = m.group("verb").lower()
+        explicit = verb in ("enable", "add", "turn on", "launch with") or verb.startswith("start")
+        explicit = explicit or bool(re.match(r"\W{0,2}to\s+true\b", after))
+        if _is_switch(flag) or (explicit and flag.startswith("--")):
             extra = f" (or remove {before[0]})" if before else ""
             return [FlagChange("add", flag)], f"Add {flag}, which the check requires{extra}."
         if flag.startswith("SGLANG_"):
@@ -316,7 +327,8 @@ def _from_conflict(text: str, named: Sequence[str], condition: str) -> tuple[lis
     condition tests when it tests one) is the lever. Two flags named in a message that says
     they do not go together: drop the first, or the other.
     """
-    flags = [f for f in named if f.startswith("--")]
+    required = {_in(m.group("flag"), named) for m in _ADD.finditer(text)}
+    flags = [f for f in named if f.startswith("--") and f not in required]  # never drop what it asks for
     if not flags:
         return None
     tested = [f for f in flags if f[2:].replace("-", "_") in condition]

@@ -1,4 +1,4 @@
-"""`crashdoc signatures list|test|lint|mine`: the signature library and its tools."""
+"""`crashdoc signatures list|test|lint|mine|derive`: the signature library and its tools."""
 
 from __future__ import annotations
 
@@ -15,6 +15,8 @@ def main(args: argparse.Namespace) -> int:
 
     if args.action == "mine":
         return mine(args)
+    if args.action == "derive":
+        return derive(args)
     library = load_library_or_fail(args.dirs or None)
     if args.action == "list":
         rows = [
@@ -64,3 +66,34 @@ def mine(args: argparse.Namespace) -> int:
         raise UserError(str(exc)) from exc
     except OSError as exc:
         raise UserError(f"{exc.filename or args.out}: {exc.strerror or exc}") from exc
+
+
+def derive(args: argparse.Namespace) -> int:
+    """Derived signatures of one SGLang tree: a summary, every signature as JSON, or the data file."""
+    from collections import Counter
+    from pathlib import Path
+
+    from crashdoc.authoring.derive import DeriveError, derive_source
+    from crashdoc.matching.derived import dumps, to_dict
+
+    try:
+        library = derive_source(Path(args.source))
+    except DeriveError as exc:
+        raise UserError(str(exc)) from exc
+    if args.out:
+        try:
+            Path(args.out).write_bytes(dumps(library))
+        except OSError as exc:
+            raise UserError(f"{args.out}: {exc.strerror or exc}") from exc
+    signatures = list(library.signatures())
+    if args.json:
+        print(json.dumps([to_dict(s) for s in signatures], indent=1, ensure_ascii=False))
+        return EXIT_OK
+    actions = Counter(s.fix[0].action if s.fix else "none" for s in signatures)
+    release = ", ".join(library.releases)
+    print(f"SGLang {release}: {len(signatures)} derived signatures (one per exception type and message template)")
+    for action, n in sorted(actions.items(), key=lambda kv: -kv[1]):
+        print(f"  fix {action:<8} {n:>5}")
+    if args.out:
+        print(f"wrote {args.out}")
+    return EXIT_OK

@@ -18,8 +18,9 @@ import gzip
 import hashlib
 import json
 import re
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+import zlib
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
 from importlib import resources
 from typing import Any
 
@@ -28,8 +29,9 @@ import re2
 from crashdoc.events import FlagChange
 from crashdoc.matching.library import Signature
 
-DATA_FORMAT = 1
+DATA_FORMAT = 2
 MAX_MESSAGE_CHARS = 4000  # what a message is matched on: patterns are anchored at its start
+PREFIX_KEY = 8  # characters of a pattern's literal start used as an index key
 MAX_CAPTURE_CHARS = 200  # a hole's captured value, as kept in a diagnosis
 CONFIDENCE = 0.6  # a derived answer: below any reviewed signature's
 _RELEASE_PART = re.compile(r"(\d+)|\.?(post|rc|dev|a|b)(\d*)")
@@ -164,6 +166,42 @@ def release_range(releases: Sequence[str], known: Sequence[str]) -> str:
     return ", ".join(order[a] if a == b else f"{order[a]}\u2013{order[b]}" for a, b in runs)
 
 
+_SPECIAL = frozenset("[](){}.*+?|$^")
+_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
+
+
+def literal_prefix(pattern: str) -> str:
+    """The literal text an anchored pattern (`^abc\\.d(?P<x>...)`) must begin with: `abc.d`."""
+    out: list[str] = []
+    i = 1 if pattern.startswith("^") else 0
+    while i < len(pattern):
+        ch = pattern[i]
+        if ch == "\\":
+            if i + 1 >= len(pattern):
+                break
+            nxt = pattern[i + 1]
+            if nxt == "x" and pattern[i + 2 : i + 3] == "{":
+                end = pattern.find("}", i)
+                if end < 0:
+                    break
+                out.append(chr(int(pattern[i + 3 : end], 16)))
+                i = end + 1
+                continue
+            if nxt.isalnum() and nxt not in _ESCAPES:
+                break  # \d, \b, \A...: not a literal character
+            out.append(_ESCAPES.get(nxt, nxt))
+            i += 2
+            continue
+        if ch in _SPECIAL:
+            break
+        out.append(ch)
+        i += 1
+    # a quantifier after the last character makes it optional: do not count on it
+    if i < len(pattern) and pattern[i] in "?*{" and out:
+        out.pop()
+    return "".join(out)
+
+
 def signature_id(exception_type: str, template: str) -> str:
     digest = hashlib.sha1(f"{exception_type}\0{template}".encode()).hexdigest()[:12]
     return f"derived-{digest}"
@@ -176,43 +214,113 @@ def _options() -> re2.Options:
     return options
 
 
-@dataclass(slots=True)
-class DerivedLibrary:
-    """Derived records (plain dicts as stored) and the objects and RE2 programs built from them on use."""
+# A record: a dict (built in this process), or a stored row [id, type, pattern, template length,
+# the other fields as a JSON string] that matching reads without parsing the rest.
+Row = dict[str, Any] | list[Any]
+_HEAD_FIELDS = ("id", "type", "pattern")
 
-    records: list[dict[str, Any]]
-    releases: tuple[str, ...]
-    _built: dict[int, DerivedSignature] = field(default_factory=dict)
-    _index: dict[str, int] | None = None
-    _set: Any = None
-    _compiled: dict[int, Any] = field(default_factory=dict)
+
+def _head(row: Row) -> tuple[str, str, str, int]:
+    if isinstance(row, dict):
+        return row["id"], row["type"], row["pattern"], len(row["template"])
+    return row[0], row[1], row[2], row[3]
+
+
+def _full(row: Row) -> dict[str, Any]:
+    if isinstance(row, dict):
+        return row
+    return {**json.loads(row[4]), "id": row[0], "type": row[1], "pattern": row[2]}
+
+
+def _stored_row(record: dict[str, Any]) -> list[Any]:
+    rest = {k: v for k, v in record.items() if k not in _HEAD_FIELDS}
+    rest["sites"] = _stored_sites(_runs(record))
+    body = json.dumps(rest, separators=(",", ":"), sort_keys=True)
+    return [record["id"], record["type"], record["pattern"], len(record["template"]), body]
+
+
+class DerivedLibrary:
+    """Derived records (plain dicts as stored) and the objects and RE2 programs built from them on use.
+
+    `loader`, when given, reads the records on first use instead: a process whose every crash
+    a reviewed signature explains (or that sees none) never reads the shipped data.
+    """
+
+    def __init__(
+        self,
+        records: list[Row],
+        releases: tuple[str, ...],
+        loader: Callable[[], tuple[list[Row], tuple[str, ...]]] | None = None,
+    ) -> None:
+        self._records = records
+        self._releases = releases
+        self._loader = loader
+        self._built: dict[int, DerivedSignature] = {}
+        self._index: dict[str, int] | None = None
+        self._buckets: dict[str, list[int]] | None = None
+        self._short: list[tuple[str, int]] = []
+        self._compiled: dict[int, Any] = {}
+
+    def _load(self) -> None:
+        if self._loader is not None:
+            loader, self._loader = self._loader, None
+            self._records, self._releases = loader()
+
+    @property
+    def records(self) -> list[dict[str, Any]]:
+        """Every record as a dict (parses stored rows: for building and merging, not for matching)."""
+        self._load()
+        return [_full(r) for r in self._records]
+
+    @property
+    def _rows(self) -> list[Row]:
+        self._load()
+        return self._records
+
+    @property
+    def releases(self) -> tuple[str, ...]:
+        self._load()
+        return self._releases
 
     def __len__(self) -> int:
-        return len(self.records)
+        return len(self._rows)
 
     def signature(self, index: int) -> DerivedSignature:
         sig = self._built.get(index)
         if sig is None:
-            sig = self._built[index] = from_record(self.records[index], self.releases)
+            sig = self._built[index] = from_record(_full(self._rows[index]), self.releases)
         return sig
 
     def signatures(self) -> Iterable[DerivedSignature]:
-        return (self.signature(i) for i in range(len(self.records)))
+        return (self.signature(i) for i in range(len(self._rows)))
 
     def get(self, id: str) -> DerivedSignature | None:
         if self._index is None:
-            self._index = {r["id"]: i for i, r in enumerate(self.records)}
+            self._index = {_head(r)[0]: i for i, r in enumerate(self._rows)}
         index = self._index.get(id)
         return self.signature(index) if index is not None else None
 
     def _candidates(self, text: str) -> list[int]:
-        if self._set is None:
-            built = re2.Set.SearchSet(_options())
-            for record in self.records:
-                built.Add(record["pattern"])
-            built.Compile()
-            self._set = built
-        return sorted(self._set.Match(text) or [])
+        """Records whose anchored pattern can match `text`: those whose literal start it begins with.
+
+        Patterns are anchored at the message start, so their literal head is a key: a dict on its
+        first PREFIX_KEY characters, plus the few patterns that begin with a hole, checked with
+        `startswith`. Nothing is compiled until a record is a candidate; one RE2 Set over all
+        patterns costs 12 MB and 45 ms to build, this index a fraction of both.
+        """
+        if self._buckets is None:
+            buckets: dict[str, list[int]] = {}
+            short: list[tuple[str, int]] = []
+            for index, row in enumerate(self._rows):
+                head = literal_prefix(_head(row)[2])
+                if len(head) >= PREFIX_KEY:
+                    buckets.setdefault(head[:PREFIX_KEY], []).append(index)
+                else:
+                    short.append((head, index))
+            self._buckets, self._short = buckets, short
+        found = list(self._buckets.get(text[:PREFIX_KEY], ()))
+        found.extend(index for head, index in self._short if text.startswith(head))
+        return sorted(found)
 
     def match(self, message_line: str, exception_type: str, release: str | None = None) -> DerivedMatch | None:
         """The derived signature for an exception message, preferring one present in `release`.
@@ -221,24 +329,25 @@ class DerivedLibrary:
         moved or a launch script left from another release is worth naming. Among several, the
         one with the most literal text wins (the most specific message).
         """
-        if not self.records:
+        rows = self._rows
+        if not rows:
             return None
         text = message_line[:MAX_MESSAGE_CHARS]
         short = exception_type.rsplit(".", 1)[-1]
         best: tuple[tuple[int, int, int], DerivedMatch] | None = None
         for index in self._candidates(text):
-            record = self.records[index]
-            if record["type"] != short:
+            _, type_, pattern, length = _head(rows[index])
+            if type_ != short:
                 continue
             regex = self._compiled.get(index)
             if regex is None:
-                regex = self._compiled[index] = re2.compile(record["pattern"], _options())
+                regex = self._compiled[index] = re2.compile(pattern, _options())
             m = regex.search(text)
             if m is None:
                 continue
-            in_release = None if release is None else release in _record_releases(record, self.releases)
+            in_release = None if release is None else release in self.signature(index).releases
             captures = {k: v[:MAX_CAPTURE_CHARS] for k, v in m.groupdict().items() if v is not None}
-            rank = (int(in_release is not False), len(record["template"]) - 8 * len(captures), -index)
+            rank = (int(in_release is not False), length - 8 * len(captures), -index)
             if best is None or rank > best[0]:
                 best = (rank, DerivedMatch(self.signature(index), captures, in_release, self.releases))
         return best[1] if best is not None else None
@@ -263,13 +372,30 @@ class DerivedLibrary:
         return DerivedLibrary([_compacted(r, releases) for r in by_id.values()], releases)
 
 
-def _record_releases(record: dict[str, Any], known: Sequence[str]) -> list[str]:
-    return [known[i] for run in record["sites"] for i in range(run[0], run[1] + 1)]
+def _runs(record: dict[str, Any]) -> list[list[Any]]:
+    """A record's sites as runs [first, last, file, line, function]; stored as one string
+    ("0-12 sglang/srt/x.py 123 f;13-13 ...") to keep thousands of small lists out of memory."""
+    sites = record["sites"]
+    if not isinstance(sites, str):
+        return list(sites)
+    runs: list[list[Any]] = []
+    for item in sites.split(";"):
+        span, path, line, function = item.split(" ")
+        first, _, last = span.partition("-")
+        runs.append([int(first), int(last or first), path, int(line), function])
+    return runs
+
+
+def _stored_sites(runs: list[list[Any]]) -> str:
+    def safe(text: str) -> str:
+        return text.replace(" ", "_").replace(";", "_")
+
+    return ";".join(f"{a}-{b} {safe(path)} {line} {safe(function)}" for a, b, path, line, function in runs)
 
 
 def _expanded(record: dict[str, Any], known: Sequence[str]) -> dict[str, Any]:
     """A record with its sites spelled out per release: [release, file, line, function]."""
-    sites = [[known[i], run[2], run[3], run[4]] for run in record["sites"] for i in range(run[0], run[1] + 1)]
+    sites = [[known[i], run[2], run[3], run[4]] for run in _runs(record) for i in range(run[0], run[1] + 1)]
     return {**record, "sites": sites}
 
 
@@ -288,7 +414,7 @@ def _compacted(record: dict[str, Any], known: Sequence[str]) -> dict[str, Any]:
 
 def from_record(record: dict[str, Any], known: Sequence[str]) -> DerivedSignature:
     sites = tuple(
-        (known[i], str(run[2]), int(run[3]), str(run[4])) for run in record["sites"] for i in range(run[0], run[1] + 1)
+        (known[i], str(run[2]), int(run[3]), str(run[4])) for run in _runs(record) for i in range(run[0], run[1] + 1)
     )
     return DerivedSignature(
         id=record["id"],
@@ -323,6 +449,24 @@ def to_record(sig: DerivedSignature, known: Sequence[str]) -> dict[str, Any]:
     return _compacted(record, known)
 
 
+def to_dict(sig: DerivedSignature) -> dict[str, Any]:
+    """One signature as readable JSON (the interface's field names)."""
+    return {
+        "id": sig.id,
+        "exception_type": sig.exception_type,
+        "kind": sig.kind,
+        "template": sig.template,
+        "pattern": sig.pattern,
+        "flags": list(sig.flags),
+        "env": list(sig.env),
+        "condition": sig.condition,
+        "fix": [{"action": c.action, "flag": c.flag, "value": c.value, "new_flag": c.new_flag} for c in sig.fix],
+        "summary": sig.summary,
+        "sites": [{"release": r, "file": f, "line": n, "function": fn} for r, f, n, fn in sig.sites],
+        "releases": list(sig.releases),
+    }
+
+
 def library_of(signatures: Iterable[DerivedSignature]) -> DerivedLibrary:
     sigs = list(signatures)
     releases = tuple(sorted({r for s in sigs for r in s.releases}, key=release_key))
@@ -334,17 +478,20 @@ def dumps(library: DerivedLibrary) -> bytes:
     body = {
         "format": DATA_FORMAT,
         "releases": list(library.releases),
-        "signatures": sorted(library.records, key=lambda r: r["id"]),
+        "signatures": sorted((_stored_row(r) for r in library.records), key=lambda r: str(r[0])),
     }
-    text = json.dumps(body, separators=(",", ":"), ensure_ascii=False, sort_keys=True)
+    text = json.dumps(body, separators=(",", ":"), sort_keys=True)  # ASCII: parsed as 1 byte per char
     return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
 
 
 def loads(raw: bytes) -> DerivedLibrary:
     """Read stored data; a malformed file raises ValueError (the caller says which file)."""
     try:
-        body = json.loads(gzip.decompress(raw) if raw[:2] == b"\x1f\x8b" else raw)
-    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        if raw[:2] == b"\x1f\x8b":
+            # the trailer says the size: one buffer of it, not gzip's growing ones (4x the peak)
+            raw = zlib.decompress(raw, 31, max(int.from_bytes(raw[-4:], "little"), 1))
+        body = json.loads(raw)
+    except (OSError, EOFError, UnicodeDecodeError, json.JSONDecodeError, zlib.error) as exc:
         raise ValueError(f"not derived-signature data: {exc}") from exc
     if not isinstance(body, dict) or body.get("format") != DATA_FORMAT:
         raise ValueError(f"derived-signature data of an unknown format (expected format {DATA_FORMAT})")
@@ -354,13 +501,18 @@ def loads(raw: bytes) -> DerivedLibrary:
 _SHIPPED: DerivedLibrary | None = None
 
 
+def _read_shipped() -> tuple[list[Row], tuple[str, ...]]:
+    try:
+        raw = resources.files("crashdoc.matching").joinpath("data/derived.json.gz").read_bytes()
+    except OSError:
+        return [], ()
+    library = loads(raw)
+    return library._rows, library.releases
+
+
 def load_shipped() -> DerivedLibrary:
-    """The package's derived signatures for every shipped release (read once per process)."""
+    """The package's derived signatures for every shipped release: one per process, read on first use."""
     global _SHIPPED
     if _SHIPPED is None:
-        try:
-            raw = resources.files("crashdoc.matching").joinpath("data/derived.json.gz").read_bytes()
-        except (FileNotFoundError, OSError):
-            raw = b""
-        _SHIPPED = loads(raw) if raw else DerivedLibrary([], ())
+        _SHIPPED = DerivedLibrary([], (), loader=_read_shipped)
     return _SHIPPED

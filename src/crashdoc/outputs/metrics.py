@@ -3,7 +3,8 @@
 Nothing is mirrored into client-library metric objects: the engine is the source of truth
 and the collector translates it, so a scrape can never disagree with `/diagnoses`. Label
 values are bounded: unit names (from the configured patterns), signature ids (from the
-library, or "unknown"), categories and severities; never messages, PIDs or paths.
+library or the shipped derived signatures, or "unknown"), categories, severities and `derived`
+(true|false); never messages, PIDs or paths.
 """
 
 from __future__ import annotations
@@ -103,8 +104,8 @@ class CrashdocCollector(Collector):
         )
         info = GaugeMetricFamily(
             "crashdoc_diagnosis_info",
-            "the current crash loop's diagnosis",
-            labels=["unit", "signature", "category", "severity"],
+            "the current crash loop's diagnosis (derived: answered by a signature derived from SGLang's source)",
+            labels=["unit", "signature", "category", "severity", "derived"],
         )
         confidence = GaugeMetricFamily(
             "crashdoc_diagnosis_confidence",
@@ -134,7 +135,8 @@ class CrashdocCollector(Collector):
                 loop_start.add_metric([name], rec.loop.loop_started_at)
             d = rec.diagnosis
             if d is not None:
-                info.add_metric([name, d.signature or "unknown", d.category, d.severity], 1.0)
+                derived = "true" if d.derived else "false"
+                info.add_metric([name, d.signature or "unknown", d.category, d.severity, derived], 1.0)
                 confidence.add_metric([name], d.confidence)
             for signature, count in sorted(rec.line_failures.items()):
                 line_failures.add_metric([name, signature], float(count))
