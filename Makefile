@@ -50,6 +50,7 @@ lint:
 
 bench: setup-test
 	$(BIN)/python -m bench
+	-$(BIN)/python -m bench.coverage  # derived signatures: flag-naming checks answered per release
 
 clean:
 	rm -rf $(VENV) build dist .pytest_cache

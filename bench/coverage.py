@@ -116,9 +116,11 @@ def main(argv: list[str] | None = None) -> int:
             f"{row['reviewed_other']} | {row['curated']} | {row['derived']} | {row['unknown']} |"
         )
         print(lines[-1], flush=True)
-    verdict = (
-        f"all releases >= {100 * TARGET:.0f} %" if not short else f"below {100 * TARGET:.0f} %: {', '.join(short)}"
-    )
+    target = f"{100 * TARGET:.0f} %"
+    verdict = f"all releases >= {target}"
+    if short:
+        listed = ", ".join(short) if len(short) <= 6 else f"{len(short)} releases, {short[0]} to {short[-1]}"
+        verdict = f"below {target}: {listed}"
     lines.append("")
     lines.append(f"{verdict} ({time.monotonic() - started:.0f} s)")
     a.out.parent.mkdir(parents=True, exist_ok=True)
