@@ -293,3 +293,14 @@ def test_derived_runbook_says_it_was_derived():
     assert "derived automatically from SGLang's source" in runbook
     assert "sglang/srt/arg_groups/parallel_hook.py:547" in runbook
     assert "asserts `cfg.elastic_ep_backend is not None`" in runbook
+
+
+def test_runbook_page_of_a_derived_signature():
+    from crashdoc.outputs.html import runbook_page
+
+    found = load_shipped().match("--elastic-ep-join-mode requires --elastic-ep-backend to be set.", "AssertionError")
+    assert found is not None
+    page = runbook_page(found.signature.as_signature("other", found.known), []).decode()
+    assert "derived automatically from SGLang" in page
+    assert "remove --elastic-ep-join-mode" in page
+    assert "sglang/srt/arg_groups/parallel_hook.py:547" in page
