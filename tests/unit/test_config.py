@@ -119,7 +119,7 @@ def _hup(cd) -> None:
 
 @pytest.mark.sandbox
 def test_sighup_reloads_the_configuration_and_keeps_the_old_one_when_invalid(sandbox_factory, sandbox_workdir):
-    from e2e import journal_json, start_crashdoc, wait_for
+    from support.e2e import journal_json, start_crashdoc, wait_for
 
     a, b = "sglang-a.service", "sglang-b.service"
     sandbox = sandbox_factory({a: _bad_unit(), b: _bad_unit()}, workdir=sandbox_workdir, start_units=[])

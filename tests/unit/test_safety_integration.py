@@ -275,7 +275,7 @@ def test_systemd_numa_settings_reach_the_check_over_dbus(sandbox_factory, sandbo
     """The demo prefill unit bound with NUMAPolicy=bind NUMAMask=0: `crashdoc diagnose` reads the binding
     from D-Bus and checks the ratio against node 0 of this machine (its real /proc and /sys)."""
     from crashdoc.sandbox.demo import PREFILL_UNIT, demo_units
-    from e2e import CRASHDOC, RESTART_SCHEDULED, pid1_records, wait_for
+    from support.e2e import CRASHDOC, RESTART_SCHEDULED, pid1_records, wait_for
 
     units = demo_units(sandbox_workdir, CRASHDOC[0])
     units[PREFILL_UNIT] = units[PREFILL_UNIT].replace(
