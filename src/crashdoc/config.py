@@ -437,7 +437,8 @@ def check_config_file(name: str) -> ConfigCheck:
     t, am = config.thresholds, config.alertmanager
     host, port = config.listen_address
     shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    links = (config.runbook_base_url or f"http://{shown}:{port}").rstrip("/")
+    scheme = "https" if config.web_config_file and web.ssl_context is not None else "http"
+    links = (config.runbook_base_url or f"{scheme}://{shown}:{port}").rstrip("/")
     sources = ["built-in"] * bool(builtin) + [str(f) for f in folders]
     summary = [f"{name}: OK"]
     summary.append(f"  units:         {', '.join(f'{r.pattern} ({r.role})' for r in config.units)}")

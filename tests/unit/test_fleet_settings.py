@@ -104,6 +104,7 @@ def test_check_config_validates_the_web_config_and_the_client_files(
     assert main(["check-config", str(config)]) == 0
     out = capsys.readouterr().out
     assert f"  web:           {tmp_path / 'web.yml'}: TLS TLS12+ with {cert}, basic auth: 1 user(s)" in out
+    assert "  runbook links: https://127.0.0.1:10247/runbook/<signature>" in out, "TLS: the default links are https"
 
     (tmp_path / "web.yml").write_text("basic_auth_users:\n  prometheus: plaintext\n")
     config.write_text(

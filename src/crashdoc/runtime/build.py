@@ -76,6 +76,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         from crashdoc.outputs.webconfig import WebConfigHolder
 
         web = WebConfigHolder(config.web_config_file, health, log=log)
+        view.scheme = "https" if web.current.ssl_context is not None else "http"
     return daemon, HttpServer(view, host, port, web=web)
 
 
