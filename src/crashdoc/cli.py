@@ -54,7 +54,8 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument(
         "--web-config-file",
         metavar="FILE",
-        help="TLS, client certificates and basic auth for every endpoint (exporter-toolkit's web config format)",
+        help="TLS, client certificates and basic auth for every endpoint (exporter-toolkit's web config format); "
+        "a relative path is looked up in $CREDENTIALS_DIRECTORY when systemd's LoadCredential= sets it",
     )
     run.add_argument("--state-directory", metavar="DIR", help="where the journal cursor is kept")
     run.add_argument("--directory", metavar="DIR", help="follow journal files in DIR instead of the system journal")
