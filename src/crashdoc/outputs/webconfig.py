@@ -98,6 +98,7 @@ class WebConfig:
     _dummy: bytes = b""  # a hash of the users' cost, checked for unknown users so they take as long
     _cache: dict[bytes, bool] = field(default_factory=dict)
     _cache_lock: threading.Lock = field(default_factory=threading.Lock)
+    _check_lock: threading.Lock = field(default_factory=threading.Lock)  # right passwords are cached: only guesses wait
 
     @property
     def files(self) -> list[Path]:
@@ -122,10 +123,11 @@ class WebConfig:
         with self._cache_lock:
             cached = self._cache.get(key)
         if cached is None:
-            try:
-                cached = bcrypt.checkpw(password, target)
-            except ValueError:
-                cached = False
+            with self._check_lock:  # one uncached check at a time: guessing burns one core, not all of them
+                try:
+                    cached = bcrypt.checkpw(password, target)
+                except ValueError:
+                    cached = False
             with self._cache_lock:
                 if len(self._cache) >= AUTH_CACHE_SIZE:
                     self._cache.clear()
