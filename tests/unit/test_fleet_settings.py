@@ -258,3 +258,35 @@ def test_push_to_a_server_of_an_unknown_ca_says_so(tls_am: tuple[TlsAlertmanager
         assert am.received == []
     finally:
         sender.stop()
+
+
+def test_push_through_a_proxy_with_a_bearer_token_file(tmp_path: Path) -> None:
+    """proxy_url: the request goes to the proxy (absolute URL); bearer_token_file: read per delivery."""
+    seen: list[tuple[str, str | None]] = []
+
+    class Proxy(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers["Content-Length"]))
+            seen.append((self.path, self.headers.get("Authorization")))
+            self.send_response(200)
+            self.end_headers()
+
+        def log_message(self, *args: object) -> None:
+            return
+
+    proxy = ThreadingHTTPServer(("127.0.0.1", 0), Proxy)
+    threading.Thread(target=proxy.serve_forever, daemon=True).start()
+    token = tmp_path / "token"
+    token.write_text("tok-1\n")
+    client = HttpClientConfig(bearer_token_file=str(token), proxy_url=f"http://127.0.0.1:{proxy.server_address[1]}")
+    try:
+        client.post("http://alertmanager.invalid:9093/api/v2/alerts", b"[]", 5)
+        token.write_text("tok-2\n")  # rotated: the next delivery uses it
+        client.post("http://alertmanager.invalid:9093/api/v2/alerts", b"[]", 5)
+    finally:
+        proxy.shutdown()
+        proxy.server_close()
+    assert seen == [
+        ("http://alertmanager.invalid:9093/api/v2/alerts", "Bearer tok-1"),
+        ("http://alertmanager.invalid:9093/api/v2/alerts", "Bearer tok-2"),
+    ]
