@@ -195,7 +195,8 @@ def test_every_problem_of_a_web_config_is_named_with_file_line_and_key(pki: Pki,
         load_web_config(path)
     p = str(path)
     assert err.value.problems == [
-        f"{p}:12: colour: unknown key (known: tls_server_config, basic_auth_users, http_server_config)",
+        f"{p}:12: colour: unknown key (known: tls_server_config, basic_auth_users, http_server_config, "
+        "unauthenticated_paths)",
         f"{p}:3: tls_server_config.key_file: {tmp_path / 'missing.key'}: no such file",
         f"{p}:4: tls_server_config.client_auth_type: 'RequireAnyClientCert' is not supported (it accepts "
         "certificates without verifying them); use one of NoClientCert, VerifyClientCertIfGiven, "
@@ -229,3 +230,22 @@ def test_relative_paths_are_relative_to_the_web_config_file(pki: Pki, tmp_path: 
     config = load_web_config(folder / "web.yml")
     assert config.ssl_context is not None and config.tls is not None
     assert config.tls.cert_file == folder / "crashdoc.crt"
+
+
+def test_healthz_may_stay_open_when_the_file_says_so_and_nothing_else_may(pki: Pki, serve, tmp_path) -> None:
+    cert, key = pki.server()
+    path = write_web_config(tmp_path / "web.yml", cert=cert, key=key, users={USER: PASSWORD})
+    path.write_text(path.read_text() + "unauthenticated_paths: [/healthz]\n")
+    server, _, _ = serve(path)
+    port = server.address[1]
+    assert https_get(port, "/healthz", ca_file=pki.ca_file).status == 200
+    assert https_get(port, "/healthz?x=1", ca_file=pki.ca_file).status == 200
+    for other in ("/metrics", "/diagnoses", "/", "/healthz/../metrics", "/%68ealthz/x"):
+        assert https_get(port, other, ca_file=pki.ca_file).status == 401, other
+    path.write_text(path.read_text().replace("[/healthz]", "[/healthz, /metrics]"))
+    with pytest.raises(WebConfigError) as err:
+        load_web_config(path)
+    line = path.read_text().splitlines().index("unauthenticated_paths: [/healthz, /metrics]") + 1
+    assert err.value.problems == [
+        f"{path}:{line}: unauthenticated_paths: may only list /healthz (the other paths show the host's internals)"
+    ]

@@ -140,7 +140,12 @@ def _handler_for(view: View, web: WebConfigSource | None = None) -> type[BaseHTT
 
         def _authorized(self) -> bool:
             """Basic auth when the web configuration has users: anything else gets a bare 401."""
-            if web is None or web.current.authorized(self.headers.get("Authorization")):
+            if web is None:
+                return True
+            current = web.current
+            if self.command in ("GET", "HEAD") and unquote(urlsplit(self.path).path) in current.open_paths:
+                return True
+            if current.authorized(self.headers.get("Authorization")):
                 return True
             self.close_connection = True
             self._send(401, TEXT, b"Unauthorized\n", extra=(("WWW-Authenticate", 'Basic realm="crashdoc"'),))

@@ -65,6 +65,10 @@ UNSUPPORTED_TLS_KEYS = {
     "curve_preferences": "not supported (OpenSSL's defaults apply)",
     "client_allowed_sans": "not supported",
 }
+# crashdoc's one addition to the format: paths a load balancer or an uptime check may read without the
+# password (still over TLS). Only the health check: every other path shows command lines and logs.
+OPEN_PATHS_KEY = "unauthenticated_paths"
+OPENABLE = ("/healthz",)
 AUTH_CACHE_SIZE = 256
 SETTLE = 0.3  # seconds of quiet after an edit before the files are read again
 
@@ -93,6 +97,7 @@ class WebConfig:
     tls: TlsSettings | None = None
     users: dict[str, bytes] = field(default_factory=dict)  # user -> bcrypt hash
     headers: tuple[tuple[str, str], ...] = ()
+    open_paths: frozenset[str] = frozenset()  # served without basic auth (crashdoc's own key: /healthz only)
     ssl_context: ssl.SSLContext | None = None
     fingerprint: str = ""  # of the file and every file it names: an unchanged set is not reloaded
     _dummy: bytes = b""  # a hash of the users' cost, checked for unknown users so they take as long
@@ -194,13 +199,19 @@ def _build(doc: LocatedYaml, path: Path, raw: bytes) -> WebConfig:
         raise WebConfigError([f"{name}:1: the web configuration must be a mapping"])
     config = WebConfig(path=path)
     for key in data:
-        if key not in ("tls_server_config", "basic_auth_users", "http_server_config"):
+        if key not in ("tls_server_config", "basic_auth_users", "http_server_config", OPEN_PATHS_KEY):
             bad(
                 (key,),
                 "not supported by crashdoc"
                 if key == "rate_limit"
-                else "unknown key (known: tls_server_config, basic_auth_users, http_server_config)",
+                else f"unknown key (known: tls_server_config, basic_auth_users, http_server_config, {OPEN_PATHS_KEY})",
             )
+    open_paths = data.get(OPEN_PATHS_KEY)
+    if open_paths is not None:
+        if not isinstance(open_paths, list) or any(p not in OPENABLE for p in open_paths):
+            bad((OPEN_PATHS_KEY,), f"may only list {', '.join(OPENABLE)} (the other paths show the host's internals)")
+        else:
+            config.open_paths = frozenset(open_paths)
 
     tls = data.get("tls_server_config")
     if tls is not None:
