@@ -3,6 +3,7 @@ basic auth with bcrypt hashes, headers; validation with FILE:LINE, and reloads t
 
 from __future__ import annotations
 
+import base64
 import socket
 import ssl
 import time
@@ -249,3 +250,17 @@ def test_healthz_may_stay_open_when_the_file_says_so_and_nothing_else_may(pki: P
     assert err.value.problems == [
         f"{path}:{line}: unauthenticated_paths: may only list /healthz (the other paths show the host's internals)"
     ]
+
+
+def test_the_shipped_example_is_valid_and_its_placeholder_hash_lets_no_one_in(pki: Pki, tmp_path: Path) -> None:
+    example = Path(__file__).resolve().parents[2] / "deploy" / "web-config.example.yml"
+    folder = tmp_path / "credentials"
+    folder.mkdir()
+    pki.server(folder / "crashdoc.crt", folder / "crashdoc.key")
+    (folder / "web-config.yml").write_text(example.read_text())
+    config = load_web_config(folder / "web-config.yml")
+    assert config.ssl_context is not None and list(config.users) == ["prometheus"]
+    assert config.headers == (("Strict-Transport-Security", "max-age=31536000"),)
+    for password in ("", "prometheus", "change-me", "password"):
+        token = base64.b64encode(f"prometheus:{password}".encode()).decode()
+        assert not config.authorized(f"Basic {token}")
