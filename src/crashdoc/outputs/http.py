@@ -92,7 +92,7 @@ class _QuietServer(ThreadingHTTPServer):
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that hangs up is no error of crashdoc's: no traceback in the journal for it."""
-        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError):
+        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError | ssl.SSLError):
             return
         super().handle_error(request, client_address)  # type: ignore[arg-type]
 
