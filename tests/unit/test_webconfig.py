@@ -83,7 +83,7 @@ def test_tls_with_basic_auth_serves_every_endpoint_only_to_the_right_credentials
 
 
 def test_plain_http_to_the_tls_port_gets_no_data_and_a_silent_client_holds_up_no_one(
-    pki: Pki, serve, tmp_path, monkeypatch
+    pki: Pki, serve, tmp_path, monkeypatch, capfd
 ) -> None:
     monkeypatch.setattr(http_module, "HANDSHAKE_TIMEOUT", 1.0)
     cert, key = pki.server()
@@ -97,9 +97,14 @@ def test_plain_http_to_the_tls_port_gets_no_data_and_a_silent_client_holds_up_no
         assert (answer.status, answer.body) == (200, METRICS)
         silent[0].settimeout(5)
         assert silent[0].recv(100) == b"", "a silent client is dropped after the handshake timeout"
+        with socket.create_connection(("127.0.0.1", port)) as raw:  # a TLS client that hangs up mid-request
+            tls = ssl.create_default_context(cafile=str(pki.ca_file)).wrap_socket(raw, server_hostname="127.0.0.1")
+            tls.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+        assert https_get(port, "/metrics", ca_file=pki.ca_file).status == 200
     finally:
         for s in silent:
             s.close()
+    assert "Traceback" not in capfd.readouterr().err
 
 
 def test_client_certificates_from_another_ca_are_refused_when_required(pki: Pki, serve, tmp_path) -> None:
