@@ -45,7 +45,18 @@ def build_parser() -> argparse.ArgumentParser:
     run.add_argument("--config", metavar="FILE", help="YAML configuration (defaults watch sglang*.service)")
     run.add_argument("--listen", metavar="HOST:PORT", help="address for /metrics and the HTTP view")
     run.add_argument("--alertmanager-url", metavar="URL", help="push alerts to this Alertmanager (API v2)")
-    run.add_argument("--runbook-base-url", metavar="URL", help="external base URL of the runbook pages")
+    run.add_argument(
+        "--runbook-base-url",
+        metavar="URL",
+        help="the address at which on-call engineers reach this crashdoc, e.g. https://oncall.example.net/crashdoc: "
+        "alert links are URL/runbook/<signature> and URL/units/<unit> (a URL ending in /runbook is taken too)",
+    )
+    run.add_argument(
+        "--web-config-file",
+        metavar="FILE",
+        help="TLS, client certificates and basic auth for every endpoint (exporter-toolkit's web config format); "
+        "a relative path is looked up in $CREDENTIALS_DIRECTORY when systemd's LoadCredential= sets it",
+    )
     run.add_argument("--state-directory", metavar="DIR", help="where the journal cursor is kept")
     run.add_argument("--directory", metavar="DIR", help="follow journal files in DIR instead of the system journal")
 

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from crashdoc.events import ROLES, Thresholds, WatchRule
+from crashdoc.outputs.alerts import HttpClientConfig
 from crashdoc.yamlfile import LocatedYaml, YamlError, parse_located
 
 DEFAULT_PORT = 10247  # outside the 9100-9999 exporter range, which is fully allocated
@@ -33,6 +34,7 @@ class AlertmanagerConfig:
     url: str | None = None
     resend_interval: float = 60.0  # re-send active alerts this often (Alertmanager expects it)
     timeout: float = 5.0
+    client: HttpClientConfig = field(default_factory=HttpClientConfig)  # TLS, auth, proxy
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +50,7 @@ class Config:
     runbook_base_url: str | None = None
     instance: str = field(default_factory=socket.gethostname)
     dbus: bool = True  # set false to run from the journal alone
+    web_config_file: str | None = None  # TLS and basic auth for the HTTP view (exporter-toolkit's format)
     source: str = "(built-in defaults)"
 
     @property
@@ -59,6 +62,29 @@ def default_state_directory() -> str:
     """systemd's StateDirectory= (exported as $STATE_DIRECTORY) when run as a unit, else /var/lib/crashdoc."""
     env = os.environ.get("STATE_DIRECTORY", "")
     return env.split(":", 1)[0] if env else DEFAULT_STATE_DIRECTORY
+
+
+def resolve_path(value: str, config_source: str | None = None) -> str:
+    """A file the configuration names: absolute as written; relative, in systemd's credentials folder
+    ($CREDENTIALS_DIRECTORY, set by `LoadCredential=`) when crashdoc runs with one, else next to the
+    configuration file (the current folder for a command-line option)."""
+    path = Path(value)
+    if path.is_absolute():
+        return str(path)
+    credentials = os.environ.get("CREDENTIALS_DIRECTORY")
+    if credentials:
+        return str(Path(credentials) / path)
+    if config_source and Path(config_source).is_file():
+        return str(Path(config_source).resolve().parent / path)
+    return str(path.resolve())
+
+
+def runbook_base(url: str) -> str:
+    """The address crashdoc is reached at, from what a user passes as `runbook_base_url`: links append
+    /runbook/<signature>, so a URL that already ends in /runbook (a runbook page's own address, minus
+    the signature) is cut back to the base instead of linking to /runbook/runbook/<signature>."""
+    base = url.rstrip("/")
+    return base[: -len("/runbook")] if base.endswith("/runbook") else base
 
 
 def parse_listen(value: str) -> tuple[str, int]:
@@ -79,6 +105,7 @@ _TOP = {
     "runbook_base_url",
     "instance",
     "dbus",
+    "web_config_file",
 }
 
 
@@ -200,12 +227,18 @@ def _build(doc: LocatedYaml, name: str) -> Config:
             elif key == "runbook_base_url" and not data[key].startswith(("http://", "https://")):
                 bad((key,), f"must be an http(s) URL (alerts link to it), got {data[key]!r}")
             else:
-                values[key] = data[key]
+                values[key] = runbook_base(data[key]) if key == "runbook_base_url" else data[key]
     if "dbus" in data:
         if not isinstance(data["dbus"], bool):
             bad(("dbus",), "must be true or false")
         else:
             values["dbus"] = data["dbus"]
+
+    if data.get("web_config_file") is not None:
+        if not isinstance(data["web_config_file"], str) or not data["web_config_file"]:
+            bad(("web_config_file",), "must be a file path (TLS and basic auth, exporter-toolkit's format)")
+        else:
+            values["web_config_file"] = resolve_path(data["web_config_file"], name)
 
     jour = data.get("journal")
     if jour is not None:
@@ -233,13 +266,97 @@ def _build(doc: LocatedYaml, name: str) -> Config:
                         bad(("alertmanager", key), "must be a positive number of seconds")
                     else:
                         kwargs[key] = float(value)
-                else:
-                    bad(("alertmanager", key), "unknown key (known: url, resend_interval, timeout)")
+                elif key not in _CLIENT_KEYS:
+                    bad(
+                        ("alertmanager", key),
+                        f"unknown key (known: url, resend_interval, timeout, {', '.join(_CLIENT_KEYS)})",
+                    )
+            kwargs["client"] = _client_config(am, name, bad)
             values["alertmanager"] = AlertmanagerConfig(**kwargs)
 
     if problems:
         raise ConfigError(problems)
     return Config(**values)
+
+
+_CLIENT_KEYS = ("tls_config", "basic_auth", "authorization", "bearer_token_file", "proxy_url")
+
+
+def _client_config(am: dict[str, Any], name: str, bad: Any) -> HttpClientConfig:
+    """Prometheus' client settings for Alertmanager: tls_config, basic_auth, authorization or
+    bearer_token_file, proxy_url; file paths resolved as `resolve_path` says."""
+    kwargs: dict[str, Any] = {}
+
+    def path_at(where: tuple[Any, ...], value: object) -> str | None:
+        if not isinstance(value, str) or not value:
+            bad(where, "must be a file path")
+            return None
+        return resolve_path(value, name)
+
+    tls = am.get("tls_config")
+    if tls is not None:
+        if not isinstance(tls, dict):
+            bad(("alertmanager", "tls_config"), "must be a mapping")
+        else:
+            for key, value in tls.items():
+                where = ("alertmanager", "tls_config", key)
+                if key in ("ca_file", "cert_file", "key_file"):
+                    kwargs[key] = path_at(where, value)
+                elif key == "insecure_skip_verify":
+                    if not isinstance(value, bool):
+                        bad(where, "must be true or false")
+                    else:
+                        kwargs[key] = value
+                else:
+                    bad(where, "unknown key (known: ca_file, cert_file, key_file, insecure_skip_verify)")
+            if bool(kwargs.get("cert_file")) != bool(kwargs.get("key_file")):
+                bad(("alertmanager", "tls_config"), "cert_file and key_file go together")
+    auth = am.get("basic_auth")
+    if auth is not None:
+        if not isinstance(auth, dict) or not isinstance(auth.get("username"), str) or not auth["username"]:
+            bad(("alertmanager", "basic_auth"), "must have `username` and `password_file` (or `password`)")
+        else:
+            kwargs["username"] = auth["username"]
+            for key, value in auth.items():
+                where = ("alertmanager", "basic_auth", key)
+                if key == "password_file":
+                    kwargs[key] = path_at(where, value)
+                elif key == "password":
+                    if not isinstance(value, str):
+                        bad(where, "must be a string (better: password_file, readable by crashdoc alone)")
+                    else:
+                        kwargs[key] = value
+                elif key != "username":
+                    bad(where, "unknown key (known: username, password, password_file)")
+            if "password" in auth and "password_file" in auth:
+                bad(("alertmanager", "basic_auth"), "password and password_file are mutually exclusive")
+    token = am.get("bearer_token_file")
+    authz = am.get("authorization")
+    if authz is not None:
+        if (
+            not isinstance(authz, dict)
+            or authz.get("type", "Bearer") != "Bearer"
+            or set(authz)
+            - {
+                "type",
+                "credentials_file",
+            }
+        ):
+            bad(("alertmanager", "authorization"), "must be {type: Bearer, credentials_file: FILE}")
+        else:
+            token = authz.get("credentials_file")
+    if token is not None:
+        where_token: tuple[str, ...] = ("alertmanager", "authorization" if authz is not None else "bearer_token_file")
+        kwargs["bearer_token_file"] = path_at(where_token, token)
+        if auth is not None:
+            bad(where_token, "basic_auth and a bearer token are mutually exclusive")
+    proxy = am.get("proxy_url")
+    if proxy is not None:
+        if not isinstance(proxy, str) or not proxy.startswith(("http://", "https://")):
+            bad(("alertmanager", "proxy_url"), "must be an http(s) URL")
+        else:
+            kwargs["proxy_url"] = proxy
+    return HttpClientConfig(**{k: v for k, v in kwargs.items() if v is not None})
 
 
 @dataclass(slots=True)
@@ -295,6 +412,20 @@ def check_config_file(name: str) -> ConfigCheck:
     if config.journal_directory and not Path(config.journal_directory).is_dir():
         where = at(("journal", "directory"))
         problems.append(f"{where}: journal.directory: {config.journal_directory}: no such folder")
+    if config.web_config_file:
+        from crashdoc.outputs.webconfig import WebConfigError, load_web_config
+
+        try:
+            web = load_web_config(config.web_config_file)
+        except WebConfigError as exc:
+            problems.extend(f"{p} (web_config_file, {at(('web_config_file',))})" for p in exc.problems)
+    for setting, path in config.alertmanager.client.files():
+        try:
+            with open(path, "rb"):
+                pass
+        except OSError as exc:
+            where = at(("alertmanager", *setting.split(".")), ("alertmanager",))
+            problems.append(f"{where}: alertmanager.{setting}: {path}: {exc.strerror or exc}")
     if not Path(config.state_directory).is_absolute():
         problems.append(
             f"{at(('state_directory',))}: state_directory: must be an absolute path, got "
@@ -306,7 +437,8 @@ def check_config_file(name: str) -> ConfigCheck:
     t, am = config.thresholds, config.alertmanager
     host, port = config.listen_address
     shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
-    links = (config.runbook_base_url or f"http://{shown}:{port}").rstrip("/")
+    scheme = "https" if config.web_config_file and web.ssl_context is not None else "http"
+    links = (config.runbook_base_url or f"{scheme}://{shown}:{port}").rstrip("/")
     sources = ["built-in"] * bool(builtin) + [str(f) for f in folders]
     summary = [f"{name}: OK"]
     summary.append(f"  units:         {', '.join(f'{r.pattern} ({r.role})' for r in config.units)}")
@@ -326,4 +458,8 @@ def check_config_file(name: str) -> ConfigCheck:
         f" (instance {config.instance})"
     )
     summary.append(f"  runbook links: {links}/runbook/<signature>")
+    if config.web_config_file:
+        from crashdoc.outputs.webconfig import describe
+
+        summary.append(f"  web:           {config.web_config_file}: {describe(web)}")
     return ConfigCheck(summary=summary)

@@ -13,18 +13,12 @@ from __future__ import annotations
 import contextlib
 import itertools
 import json
-import shutil
-import subprocess
-import threading
 import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
-from dataclasses import dataclass, field
 from datetime import datetime
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -33,121 +27,14 @@ from crashdoc.outputs.alerts import ALERTNAME, AlertSender
 from crashdoc.outputs.metrics import Health
 from crashdoc.sandbox.demo import DECODE_UNIT, DEMO_API_KEY, PREFILL_UNIT, demo_units
 from support.e2e import CRASHDOC, PROCESS_EXITED, free_port, pid1_records, start_crashdoc, wait_for
+from support.monitoring import Alertmanager, Webhook, needs_alertmanager
 
-ALERTMANAGER = shutil.which("prometheus-alertmanager") or shutil.which("alertmanager")
-needs_alertmanager = pytest.mark.skipif(
-    ALERTMANAGER is None, reason="prometheus-alertmanager is not installed (scripts/install-debs.sh)"
-)
 SIGNATURE = "dsv4-hicache-size-unsupported"
 RUNBOOK_BASE = "https://oncall.example.net/crashdoc"
 
 
 def epoch(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339).timestamp()
-
-
-class Webhook:
-    """Where Alertmanager sends its notifications: proves it processed firing and resolved alerts."""
-
-    def __init__(self) -> None:
-        self.notifications: list[dict[str, Any]] = []
-        hook = self
-
-        class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:
-                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-                hook.notifications.append(json.loads(body))
-                self.send_response(200)
-                self.end_headers()
-
-            def log_message(self, *args: object) -> None:
-                return
-
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        self.port = self.server.server_address[1]
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
-
-    def alerts(self, status: str) -> list[dict[str, Any]]:
-        return [a for n in list(self.notifications) for a in n["alerts"] if a["status"] == status]
-
-    def close(self) -> None:
-        self.server.shutdown()
-        self.server.server_close()
-
-
-@dataclass
-class Alertmanager:
-    """A real Alertmanager on loopback, with its own config and storage; no clustering."""
-
-    workdir: Path
-    webhook: Webhook
-    port: int = field(default_factory=free_port)
-    proc: subprocess.Popen[bytes] | None = None
-
-    @property
-    def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
-
-    def start(self) -> Alertmanager:
-        self.workdir.mkdir(parents=True, exist_ok=True)
-        config = self.workdir / "alertmanager.yml"
-        config.write_text(
-            "route:\n"
-            "  receiver: hook\n"
-            "  group_by: [alertname, unit]\n"
-            "  group_wait: 0s\n"
-            "  group_interval: 1s\n"
-            "  repeat_interval: 1h\n"
-            "receivers:\n"
-            "  - name: hook\n"
-            "    webhook_configs:\n"
-            f"      - url: http://127.0.0.1:{self.webhook.port}/\n"
-            "        send_resolved: true\n"
-        )
-        log = open(self.workdir / "alertmanager.log", "ab")  # noqa: SIM115 - owned by the process
-        assert ALERTMANAGER is not None
-        self.proc = subprocess.Popen(
-            [
-                ALERTMANAGER,
-                f"--config.file={config}",
-                f"--storage.path={self.workdir / 'data'}",
-                f"--web.listen-address=127.0.0.1:{self.port}",
-                "--cluster.listen-address=",
-                "--log.level=warn",
-            ],
-            stdout=log,
-            stderr=subprocess.STDOUT,
-        )
-        wait_for(self._ready, 20, "Alertmanager to be ready")
-        return self
-
-    def _ready(self) -> bool:
-        assert self.proc is not None
-        assert self.proc.poll() is None, (self.workdir / "alertmanager.log").read_text()
-        try:
-            with urllib.request.urlopen(f"{self.url}/-/ready", timeout=1) as r:
-                return r.status == 200
-        except OSError:
-            return False
-
-    def stop(self) -> None:
-        if self.proc is not None and self.proc.poll() is None:
-            self.proc.terminate()
-            try:
-                self.proc.wait(10)
-            except subprocess.TimeoutExpired:
-                self.proc.kill()
-                self.proc.wait(5)
-
-    def alerts(self) -> list[dict[str, Any]]:
-        """Alertmanager's active alerts (resolved ones are not listed)."""
-        with urllib.request.urlopen(f"{self.url}/api/v2/alerts", timeout=5) as r:
-            return json.loads(r.read())
-
-    def alert(self, unit: str) -> dict[str, Any] | None:
-        found = [a for a in self.alerts() if a["labels"].get("unit") == unit]
-        assert len(found) <= 1, found
-        return found[0] if found else None
 
 
 @pytest.fixture

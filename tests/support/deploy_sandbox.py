@@ -98,6 +98,20 @@ def _runs_unprivileged(python: Path) -> bool:
     return r.returncode == 0
 
 
+def _imported_by(python: Path) -> Path | None:
+    """The crashdoc package `python` imports without this process's PYTHONPATH."""
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    r = subprocess.run(
+        [str(python), "-c", "import crashdoc; print(crashdoc.__file__)"],
+        capture_output=True,
+        text=True,
+        cwd="/",
+        env=env,
+        timeout=60,
+    )
+    return Path(r.stdout.strip()).resolve().parent if r.returncode == 0 else None
+
+
 def _hidden_by_private_tmp(path: Path) -> bool:
     real = path.resolve()
     return any(real == Path(d) or Path(d) in real.parents for d in ("/tmp", "/var/tmp"))
@@ -114,7 +128,10 @@ def unprivileged_crashdoc(workdir: Path) -> Path:
     packages = Path(sysconfig.get_paths()["purelib"])
     source = Path(crashdoc.__file__).resolve().parent
     hidden = _hidden_by_private_tmp(packages) or _hidden_by_private_tmp(source)
-    if not hidden and _runs_unprivileged(Path(sys.executable)) and (venv_bin / "crashdoc").is_file():
+    # tests run from a worktree (PYTHONPATH=<worktree>/src) import another crashdoc than the venv's
+    # entry point, which the unit runs without PYTHONPATH: the unit must run the one under test
+    foreign = _imported_by(Path(sys.executable)) != source
+    if not hidden and not foreign and _runs_unprivileged(Path(sys.executable)) and (venv_bin / "crashdoc").is_file():
         return venv_bin / "crashdoc"
     version = f"{sys.version_info.major}.{sys.version_info.minor}"
     system_python = Path(f"/usr/bin/python{version}")
@@ -134,6 +151,8 @@ def unprivileged_crashdoc(workdir: Path) -> Path:
         if not (copy / "src" / "crashdoc" / "signatures").exists():
             shutil.copytree(library, copy / "src" / "crashdoc" / "signatures")
         packages, first = copy / "site", str(copy / "src")
+    elif foreign:
+        first = str(source.parent)
     # an `import` line in a .pth runs: addsitedir also honours the editable install's own .pth
     prepend = f"sys.path.insert(0, {first!r}); " if first else ""
     (site / "crashdoc-test-venv.pth").write_text(f"import site, sys; {prepend}site.addsitedir({str(packages)!r})\n")
@@ -147,7 +166,12 @@ def unprivileged_crashdoc(workdir: Path) -> Path:
 
 def prepare_host_view(sandbox: PrivateSystemd) -> None:
     """Copy-on-write /etc and /var/lib, journal files readable by systemd-journal, crashdoc's user."""
+    # systemd makes / shared at boot on a host (mount_setup), but not as a container (container=unshare):
+    # then the credentials a unit gets with LoadCredential= are mounted where the unit never sees them
+    # (an empty, root-only $CREDENTIALS_DIRECTORY). Shared within the sandbox only: its namespace was
+    # made private from the host's when it was created.
     script = r"""set -eu
+mount --make-rshared /
 base=/run/crashdoc-deploy-overlay
 for dir in etc var/lib; do
     name=$(echo "$dir" | tr / -)
@@ -205,3 +229,22 @@ def install_crashdoc_unit(
     unit = CrashdocUnit(sandbox, port, workdir / "crashdoc.log")
     unit.config_path = config_path
     return unit, text
+
+
+TLS_DROPIN = DEPLOY / "systemd" / "crashdoc.service.d" / "tls.conf"
+
+
+def install_tls_dropin(sandbox: PrivateSystemd, sources: dict[str, Path]) -> str:
+    """Install the shipped deploy/systemd/crashdoc.service.d/tls.conf with only the credentials' source
+    files moved (credential name -> file); a commented-out credential that is named is turned on.
+    Returns the drop-in as installed."""
+    text = TLS_DROPIN.read_text()
+    for name, path in sources.items():
+        pattern = rf"^#?LoadCredential={re.escape(name)}:\S+$"
+        assert re.search(pattern, text, re.M), f"{TLS_DROPIN} has no LoadCredential={name}:"
+        text = re.sub(pattern, f"LoadCredential={name}:{path}", text, flags=re.M)
+    folder = sandbox.unit_dir / f"{UNIT}.d"
+    folder.mkdir(exist_ok=True)
+    (folder / TLS_DROPIN.name).write_text(text)
+    sandbox.systemctl("daemon-reload", check=True, timeout=60)
+    return text

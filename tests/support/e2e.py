@@ -6,11 +6,13 @@ on loopback directly; the journal is read with journalctl inside the sandbox.
 
 from __future__ import annotations
 
+import base64
 import contextlib
 import json
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -46,14 +48,20 @@ class Crashdoc:
     config_path: Path | None = None
     env: dict[str, str] = field(default_factory=dict)
     argv: list[str] = field(default_factory=list)
+    ca_file: Path | None = None  # crashdoc serves TLS (a web configuration): the CA that signed its certificate
+    auth: tuple[str, str] | None = None  # basic-auth user and password
 
     @property
     def base(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.ca_file is not None else 'http'}://127.0.0.1:{self.port}"
 
     def get(self, path: str, timeout: float = 5.0) -> tuple[int, bytes]:
+        request = urllib.request.Request(self.base + path)
+        if self.auth is not None:
+            request.add_header("Authorization", "Basic " + base64.b64encode(":".join(self.auth).encode()).decode())
+        context = ssl.create_default_context(cafile=str(self.ca_file)) if self.ca_file is not None else None
         try:
-            with urllib.request.urlopen(self.base + path, timeout=timeout) as response:
+            with urllib.request.urlopen(request, timeout=timeout, context=context) as response:
                 return response.status, response.read()
         except urllib.error.HTTPError as exc:
             return exc.code, exc.read()
@@ -121,13 +129,15 @@ def start_crashdoc(
     port: int | None = None,
     env: dict[str, str] | None = None,
     name: str = "crashdoc",
+    ca_file: Path | None = None,
+    auth: tuple[str, str] | None = None,
 ) -> Crashdoc:
     """Run `crashdoc run` inside the sandbox with its state in the sandbox's work folder."""
     port = port or free_port()
     state = sandbox.workdir / f"{name}-state"
     log_path = sandbox.workdir / f"{name}.log"
     argv = [*CRASHDOC, "run"]
-    cd = Crashdoc(sandbox, port, log_path)
+    cd = Crashdoc(sandbox, port, log_path, ca_file=ca_file, auth=auth)
     if config is not None:
         cd.config_path = sandbox.workdir / f"{name}.yaml"
         cd.config_path.write_text(config)

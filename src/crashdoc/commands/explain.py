@@ -13,13 +13,15 @@ def main(args: argparse.Namespace) -> int:
     from crashdoc.outputs.render import diagnoses_json, diagnoses_text
     from crashdoc.sources.textlog import read_sources
 
-    library = load_library_or_fail(args.signatures)
+    # the input first: an empty, missing or unreadable file is said at once, before the library's
+    # second of loading
     paths = args.files or ["-"]
     stdin_text = sys.stdin.buffer.read().decode("utf-8", "replace") if "-" in paths else None
     try:
         sources = list(read_sources(paths, stdin_text))
     except OSError as exc:
         raise UserError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    library = load_library_or_fail(args.signatures)
     results = explain_texts(sources, library)
     several = len(sources) > 1
     for name, diagnoses in results:

@@ -12,7 +12,7 @@ from crashdoc.errors import UserError
 def main(args: argparse.Namespace) -> int:
     """The daemon."""
     from crashdoc.commands.pipeline import daemon_engine
-    from crashdoc.config import ConfigError, load_config, parse_listen
+    from crashdoc.config import ConfigError, load_config, parse_listen, resolve_path, runbook_base
     from crashdoc.runtime.build import build
     from crashdoc.runtime.log import log
 
@@ -26,7 +26,9 @@ def main(args: argparse.Namespace) -> int:
     if args.directory:
         overrides["journal_directory"] = args.directory
     if args.runbook_base_url:
-        overrides["runbook_base_url"] = args.runbook_base_url
+        overrides["runbook_base_url"] = runbook_base(args.runbook_base_url)
+    if getattr(args, "web_config_file", None):
+        overrides["web_config_file"] = resolve_path(args.web_config_file)
     if args.alertmanager_url:
         overrides["alertmanager"] = dataclasses.replace(config.alertmanager, url=args.alertmanager_url)
     if args.listen:
@@ -46,7 +48,12 @@ def main(args: argparse.Namespace) -> int:
         raise UserError(str(exc.strerror or exc)) from exc
     except Exception as exc:
         from crashdoc.matching.library import LibraryError
+        from crashdoc.outputs.webconfig import WebConfigError
 
+        if isinstance(exc, WebConfigError):
+            raise UserError(
+                "the web configuration has problems, not starting:\n" + "\n".join(f"  {p}" for p in exc.problems)
+            ) from exc
         if isinstance(exc, LibraryError):
             raise UserError(
                 "the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)
@@ -58,7 +65,7 @@ def main(args: argparse.Namespace) -> int:
     daemon.prepare()
     host, port = http.address
     log(
-        f"watching {', '.join(r.pattern for r in config.units)}; http://{host}:{port}/metrics "
+        f"watching {', '.join(r.pattern for r in config.units)}; {http.scheme}://{host}:{port}/metrics "
         f"(library: {len(daemon.holder.library)} signatures, D-Bus: {'up' if daemon.health.dbus_up else 'down'})"
     )
     return daemon.run(http)

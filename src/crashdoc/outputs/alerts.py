@@ -9,11 +9,19 @@ The daemon's loop must never wait for Alertmanager: `update()` only records the 
 snapshot per unit, so nothing queues up while Alertmanager is down) and wakes a sender thread, which
 does the HTTP with a timeout and retries with exponential backoff. Every label and annotation goes
 through `outputs.redact`.
+
+The connection takes the client settings of Prometheus' `alertmanager_config` (`HttpClientConfig`):
+a CA, a client certificate, basic auth with a password file, a bearer token file, a proxy. Files are
+read again for every delivery, so rotated passwords and certificates are used without a restart, and
+a missing or unreadable one is a failed delivery with a line that names it (the firing state is kept
+and sent once it can be).
 """
 
 from __future__ import annotations
 
+import base64
 import json
+import ssl
 import threading
 import time
 import urllib.error
@@ -21,6 +29,7 @@ import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from pathlib import Path
 
 from crashdoc.events import Diagnosis
 from crashdoc.outputs.metrics import Health
@@ -102,6 +111,87 @@ def urllib_post(url: str, body: bytes, timeout: float) -> None:
     )
     with urllib.request.urlopen(request, timeout=timeout) as response:
         response.read(65536)
+
+
+class ClientSetupError(OSError):
+    """A client setting that cannot be used right now (a missing password file, a bad certificate)."""
+
+
+@dataclass(frozen=True, slots=True)
+class HttpClientConfig:
+    """How crashdoc connects to Alertmanager: Prometheus' `alertmanager_config` client settings.
+    Paths are absolute here (config.py resolves them); secrets are read from their files per delivery."""
+
+    ca_file: str | None = None
+    cert_file: str | None = None
+    key_file: str | None = None
+    insecure_skip_verify: bool = False
+    username: str | None = None
+    password: str | None = field(default=None, repr=False)
+    password_file: str | None = None
+    bearer_token_file: str | None = None
+    proxy_url: str | None = None
+
+    def files(self) -> list[tuple[str, str]]:
+        """(setting, path) of every file the settings name, for `check-config`."""
+        named = (
+            ("tls_config.ca_file", self.ca_file),
+            ("tls_config.cert_file", self.cert_file),
+            ("tls_config.key_file", self.key_file),
+            ("basic_auth.password_file", self.password_file),
+            ("bearer_token_file", self.bearer_token_file),
+        )
+        return [(k, v) for k, v in named if v]
+
+    def post(self, url: str, body: bytes, timeout: float) -> None:
+        """POST JSON with these settings; raises OSError (ClientSetupError, URLError, HTTPError, timeouts)."""
+        headers = {"Content-Type": "application/json", "User-Agent": "crashdoc"}
+        if self.username is not None:
+            password = self.password or ""
+            if self.password_file:
+                password = _read_secret("basic_auth.password_file", self.password_file)
+            token = base64.b64encode(f"{self.username}:{password}".encode()).decode()
+            headers["Authorization"] = f"Basic {token}"
+        elif self.bearer_token_file:
+            headers["Authorization"] = f"Bearer {_read_secret('bearer_token_file', self.bearer_token_file)}"
+        handlers: list[urllib.request.BaseHandler] = []
+        if url.startswith("https://"):
+            handlers.append(urllib.request.HTTPSHandler(context=self.ssl_context()))
+        if self.proxy_url:
+            handlers.append(urllib.request.ProxyHandler({"http": self.proxy_url, "https": self.proxy_url}))
+        opener = urllib.request.build_opener(*handlers)
+        request = urllib.request.Request(url, data=body, method="POST", headers=headers)
+        with opener.open(request, timeout=timeout) as response:
+            response.read(65536)
+
+    def ssl_context(self) -> ssl.SSLContext:
+        """A client context: the system's CAs, or `ca_file`; the client certificate when set."""
+        try:
+            context = ssl.create_default_context(cafile=self.ca_file)
+        except (ssl.SSLError, OSError) as exc:
+            raise ClientSetupError(f"tls_config.ca_file: {self.ca_file}: {_reason(exc)}") from exc
+        if self.insecure_skip_verify:
+            context.check_hostname = False
+            context.verify_mode = ssl.CERT_NONE
+        if self.cert_file:
+            try:
+                context.load_cert_chain(self.cert_file, self.key_file)
+            except (ssl.SSLError, OSError) as exc:
+                raise ClientSetupError(
+                    f"tls_config.cert_file/key_file: {self.cert_file}, {self.key_file}: {_reason(exc)}"
+                ) from exc
+        return context
+
+
+def _read_secret(setting: str, path: str) -> str:
+    try:
+        return Path(path).read_text(encoding="utf-8").strip()
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ClientSetupError(f"cannot read {setting} ({path}): {_reason(exc)}") from exc
+
+
+def _reason(exc: BaseException) -> str:
+    return str(getattr(exc, "strerror", None) or getattr(exc, "reason", None) or exc)
 
 
 @dataclass(slots=True)
@@ -252,11 +342,15 @@ class AlertSender:
         """One POST. Any failure (refused, timeout, HTTP error, a bug) is counted, never raised."""
         try:
             self.post(self.endpoint, body, self.timeout)
+        except ClientSetupError as exc:
+            return self._failed(str(exc))
         except urllib.error.HTTPError as exc:
             detail = exc.read(300).decode("utf-8", "replace").strip()
             return self._failed(f"HTTP {exc.code} {detail}")
         except Exception as exc:  # the thread must survive anything: the daemon never sees it
             reason = getattr(exc, "reason", None) or exc
+            if isinstance(reason, ssl.SSLError):
+                return self._failed(f"TLS: {str(reason.reason or reason).replace('_', ' ').lower()}")
             return self._failed(f"{type(exc).__name__}: {reason}")
         self.health.alerts_sent += 1
         if self._failing:

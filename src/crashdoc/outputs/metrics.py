@@ -55,6 +55,9 @@ class Health:
     config_reloads: int = 0  # SIGHUP reloads of the configuration file that took effect
     config_reload_errors: int = 0  # rejected ones: the previous configuration stays active
     config_reload_ok: bool = True  # the last reload was taken (or there was none)
+    web_config_reloads: int = 0  # web configuration (TLS, basic auth) edits that took effect
+    web_config_reload_errors: int = 0  # rejected edits: the previous web configuration stays in use
+    web_config_reload_ok: bool = True
     state_writable: bool = True
     state_write_errors: int = 0
     alerts_sent: int = 0
@@ -205,6 +208,21 @@ class CrashdocCollector(Collector):
             "crashdoc_config_last_reload_successful",
             "0 after a rejected configuration reload, until one is taken",
             value=float(h.config_reload_ok),
+        )
+        yield CounterMetricFamily(
+            "crashdoc_web_config_reloads",
+            "web configuration (TLS, basic auth) edits that took effect",
+            value=h.web_config_reloads,
+        )
+        yield CounterMetricFamily(
+            "crashdoc_web_config_reload_errors",
+            "web configuration edits rejected (the previous one stays in use)",
+            value=h.web_config_reload_errors,
+        )
+        yield GaugeMetricFamily(
+            "crashdoc_web_config_last_reload_successful",
+            "0 after a rejected web configuration edit, until a good one is read",
+            value=float(h.web_config_reload_ok),
         )
         yield GaugeMetricFamily(
             "crashdoc_state_writable", "1 when the cursor can be saved", value=float(h.state_writable)

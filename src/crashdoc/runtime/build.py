@@ -53,6 +53,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         effects.alerts = AlertSender(
             am.url, config.instance, view.runbook_url, health, am.resend_interval, am.timeout, log=log
         )
+        effects.alerts.post = am.client.post  # TLS, basic auth or bearer token, proxy
     daemon = Daemon(
         config,
         holder,
@@ -70,7 +71,13 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     if watcher is not None:
         daemon.files = UnitFilesWatcher(daemon.file_changed)
     host, port = parse_listen(listen or config.listen)
-    return daemon, HttpServer(view, host, port)
+    web = None
+    if config.web_config_file:  # TLS and basic auth; a bad file raises WebConfigError (not starting)
+        from crashdoc.outputs.webconfig import WebConfigHolder
+
+        web = WebConfigHolder(config.web_config_file, health, log=log)
+        view.scheme = "https" if web.current.ssl_context is not None else "http"
+    return daemon, HttpServer(view, host, port, web=web)
 
 
 def library_folders(config: Config) -> list[Path]:

@@ -8,7 +8,15 @@ from dataclasses import dataclass
 from crashdoc.config import Config
 
 LIVE_SETTINGS = ("units", "thresholds", "runbook_base_url", "signature_folders", "builtin_signatures")
-RESTART_SETTINGS = ("listen", "state_directory", "journal_directory", "alertmanager", "instance", "dbus")
+RESTART_SETTINGS = (
+    "listen",
+    "state_directory",
+    "journal_directory",
+    "alertmanager",
+    "instance",
+    "dbus",
+    "web_config_file",  # the file's contents are re-read on change; its path only at start
+)
 
 
 @dataclass(frozen=True, slots=True)

@@ -29,6 +29,7 @@ class HttpView:
     watcher: UnitWatcher | None
     config: Config
     registry: Any = None  # the prometheus_client registry, made when the daemon prepares
+    scheme: str = "http"  # of the default links: "https" when the web configuration turns TLS on
 
     def metrics(self) -> bytes:
         return exposition(self.registry)
@@ -82,7 +83,7 @@ class HttpView:
 
     def runbook_url(self, signature: str | None, unit: str) -> str:
         """The link an alert or journal record carries: the runbook page, or the unit's page."""
-        base = (self.config.runbook_base_url or f"http://{display_host(self.config.listen)}").rstrip("/")
+        base = (self.config.runbook_base_url or f"{self.scheme}://{display_host(self.config.listen)}").rstrip("/")
         return f"{base}/runbook/{signature}" if signature else f"{base}/units/{unit}"
 
 

@@ -1,0 +1,107 @@
+"""A journal replaced while crashdoc was down (a re-imaged host, a fresh journal): the saved cursor names an
+entry that no longer exists. The daemon's first scrape must not show the loops of the old journal, and its
+counters keep their totals (Prometheus' counters never go down). Real journal files, the daemon's own
+start-up (`prepare`), no systemd."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from crashdoc.commands.pipeline import daemon_engine
+from crashdoc.config import Config
+from crashdoc.events import WatchRule
+from crashdoc.runtime.build import build
+from crashdoc.runtime.daemon import Daemon
+from support.e2e import free_port
+from support.journal_files import (
+    EXITED,
+    FAILED,
+    RESTART,
+    TRACEBACK,
+    UNIT,
+    line,
+    needs_journal_remote,
+    pid1,
+    write_journal,
+)
+
+
+def crash_loop() -> list[dict[str, str | bytes]]:
+    """Two runs of UNIT that died with SGLang's traceback, with PID 1's records: a crash loop."""
+    entries: list[dict[str, str | bytes]] = []
+    for run in (1, 2):
+        invocation = f"{run:032x}"
+        entries += [line(text, pid=str(100 + run), invocation=invocation) for text in TRACEBACK]
+        entries += [
+            {
+                **pid1(
+                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+                    MESSAGE_ID=EXITED,
+                    EXIT_CODE="exited",
+                    EXIT_STATUS="1",
+                ),
+                "INVOCATION_ID": invocation,
+            },
+            {
+                **pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
+                "INVOCATION_ID": invocation,
+            },
+            pid1(
+                f"{UNIT}: Scheduled restart job, restart counter is at {run}.", MESSAGE_ID=RESTART, N_RESTARTS=str(run)
+            ),
+        ]
+    return entries
+
+
+def daemon(journal: Path, state: Path) -> Daemon:
+    config = Config(
+        units=(WatchRule("sglang*.service", "any"),),
+        listen=f"127.0.0.1:{free_port()}",
+        state_directory=str(state),
+        journal_directory=str(journal),
+        dbus=False,
+    )
+    d, http = build(config, daemon_engine)
+    http.server.server_close()  # only the view is read here
+    return d
+
+
+def scrape(d: Daemon) -> dict[tuple[str, str], float]:
+    """{(sample, unit): value} of the unit's samples on /metrics."""
+    out = {}
+    for family in text_string_to_metric_families(d.view.metrics().decode()):
+        for s in family.samples:
+            if s.labels.get("unit") == UNIT:
+                out[(s.name, s.labels.get("signature", ""))] = s.value
+    return out
+
+
+@needs_journal_remote
+def test_a_replaced_journal_starts_with_no_looping_units_and_counters_keep_their_totals(tmp_path: Path, capfd) -> None:
+    old, new, state = tmp_path / "old-journal", tmp_path / "new-journal", tmp_path / "state"
+    old.mkdir()
+    new.mkdir()
+    write_journal(old, crash_loop())
+    first = daemon(old, state)
+    first.prepare()
+    first.source.seek_head()  # read the old journal from its start, as a crashdoc that followed it did
+    first._drain()
+    first.saver.dirty = True
+    first._save(force=True)
+    before = scrape(first)
+    assert before[("crashdoc_unit_crashloop", "")] == 1.0, "the old journal holds a crash loop"
+    assert before[("crashdoc_crashes_total", "dsv4-hicache-size-unsupported")] == 2.0
+
+    write_journal(new, [line("[2026-05-02 09:00:00] INFO: a new journal after a re-image")])
+    second = daemon(new, state)
+    second.prepare()
+    second._drain()
+    after = scrape(second)
+    assert after[("crashdoc_unit_crashloop", "")] == 0.0, "the old journal's loop is not happening now"
+    assert not [k for k in after if k[0] == "crashdoc_diagnosis_info"], after
+    assert after[("crashdoc_crashes_total", "dsv4-hicache-size-unsupported")] == 2.0, "counters keep their totals"
+    assert after[("crashdoc_unit_restarts_total", "")] == before[("crashdoc_unit_restarts_total", "")] == 2.0
+    err = capfd.readouterr().err
+    assert "the saved journal position is gone" in err and f"not assuming {UNIT} still loop" in err
