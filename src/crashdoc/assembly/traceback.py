@@ -8,6 +8,12 @@ message continuation lines, and possibly a chained exception. It ends at the nex
 prefixed SGLang line, a new header, a blank line after a wrapped record (SGLang's records
 end with a newline), or when the caller flushes it (the process died or went quiet).
 
+A native crash dumped by faulthandler (`Fatal Python error: Segmentation fault`, then one
+`Thread 0x... (most recent call first):` block per thread with `  File "x", line N in f`
+frames) becomes a traceback too: type `Fatal Python error`, the signal as its message and the
+frames of the *current* thread, innermost last. The other threads were idle (waiting on a
+lock, a queue, tqdm's monitor): they are counted, never taken for the cause.
+
 Everything is bounded: frames, message lines and text per traceback, and the number of
 processes with a traceback in progress.
 """
@@ -28,7 +34,11 @@ CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
 )
 _HEADER_STARTS = ("Exception in thread", "Process Process-", "Process SpawnProcess-", "Fatal Python error")
-_FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:, in (?P<func>.*))?$')
+_FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:,? in (?P<func>.*))?$')
+FATAL_TYPE = "Fatal Python error"  # faulthandler's dump of a native crash (SIGSEGV, SIGABRT, SIGBUS, ...)
+_FATAL = re.compile(r"Fatal Python error: (?P<what>.+)$")
+_THREAD = re.compile(r"(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+\b.*\(most recent call first\):$")
+_FATAL_SKIP = ("Python runtime state:", "  <no Python frame>", "Stack (most recent call first):", "  ...")
 _EXC_LINE = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
 _WRAPPER = re.compile(r"(?P<who>[\w.]+) hit an exception: ?$")
 _REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]")
@@ -66,6 +76,9 @@ class _Pending:
     text_chars: int = 0
     truncated: bool = False
     last_seen: float = 0.0
+    fatal: str = ""  # faulthandler's "Fatal Python error: ..." line: a native crash dump is being read
+    threads: int = 0  # thread stacks in that dump
+    in_current: bool = True  # the frames being read belong to the thread that crashed
 
 
 class TracebackAssembler:
@@ -83,6 +96,8 @@ class TracebackAssembler:
         text = line.text
         self.consumed = True
         if state is None:
+            if "Fatal Python error: " in text:
+                return self._start_fatal(key, line, clean(text))
             if "Traceback (most recent" not in text and not text.startswith('  File "'):
                 self.consumed = False
                 if text and not text[0].isspace() and len(text) < 300:
@@ -166,9 +181,70 @@ class TracebackAssembler:
             return [finished] if finished is not None else []
         return []
 
+    def _start_fatal(self, key: tuple[str, int], line: LogLine, text: str) -> list[Traceback]:
+        _, rank, body = split_prefix(text)
+        m = _FATAL.search(body)
+        if m is None:
+            self.consumed = False
+            return []
+        state = _Pending(
+            unit=line.unit,
+            pid=line.pid,
+            invocation=line.invocation,
+            timestamp=line.timestamp,
+            wrapper="",
+            rank=rank,
+            header=body[m.start() :].strip(),
+            last_seen=line.timestamp,
+            fatal=m.group("what").strip(),
+            phase="fatal",
+            in_current=False,
+        )
+        self._append_text(state, text)
+        self._pending[key] = state
+        return []
+
+    def _continue_fatal(self, state: _Pending, key: tuple[str, int], line: LogLine, text: str) -> list[Traceback]:
+        """One line of a faulthandler dump: thread headers, frames, the extension module list."""
+        _, _, body = split_prefix(text)
+        m = _THREAD.match(body)
+        if m is not None:
+            state.threads += 1
+            state.in_current = m.group("current") == "Current thread"
+            self._append_text(state, text)
+            return []
+        if body.startswith("  File "):
+            frame = _FRAME.match(body)
+            if frame is not None:
+                if (state.in_current or state.threads == 0) and len(state.frames) < self.limits.max_frames:
+                    # faulthandler prints the innermost frame first; Python's tracebacks print it last
+                    found = Frame(frame.group("file"), int(frame.group("line")), frame.group("func") or "")
+                    state.frames.insert(0, found)
+                self._append_text(state, text)
+                return []
+        if not body.strip() or body.startswith(_FATAL_SKIP):
+            return []
+        if body.startswith(TRACEBACK_HEAD):  # a fatal error at start-up that Python explains with a traceback
+            del self._pending[key]
+            self._previous[key] = state.header
+            return self._start(key, line, text)
+        if body.startswith("Extension modules:"):
+            self._append_text(state, text)
+            done = self._finish(self._pending.pop(key))
+            return [done] if done is not None else []
+        done = self._finish(self._pending.pop(key))
+        restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+        return [done, *restarted] if done is not None else list(restarted)
+
     def _continue(self, state: _Pending, key: tuple[str, int], line: LogLine, text: str) -> list[Traceback]:
         state.last_seen = line.timestamp or state.last_seen
+        if state.phase == "fatal":
+            return self._continue_fatal(state, key, line, text)
         prefixed, _, body = split_prefix(text)
+        if body.startswith("Fatal Python error: "):  # the process went down natively while printing
+            done = self._finish(self._pending.pop(key))
+            self._start_fatal(key, line, text)
+            return [done] if done is not None else []
         if prefixed:
             # the process logged a new record: whatever we had is complete
             done = self._finish(self._pending.pop(key))
@@ -307,6 +383,18 @@ class TracebackAssembler:
         state.text_chars += len(text) + 1
 
     def _finish(self, state: _Pending) -> Traceback | None:
+        if state.phase == "fatal":
+            others = max(0, state.threads - 1) if state.threads else 0
+            state.chain.append(
+                ExceptionInfo(
+                    type=FATAL_TYPE,
+                    message=state.fatal + (f"\n({others} other thread stack(s) in the dump)" if others else ""),
+                    frames=tuple(state.frames),
+                    line=state.header,
+                )
+            )
+            state.frames = []
+            state.phase = "done"
         self._close_exception(state)
         if not state.chain:
             return None

@@ -3,6 +3,14 @@
 The short formats carry the writer's PID, so the lines of interleaved processes can be
 grouped like journal entries; PID 1's lines among them become lifecycle records. Plain
 text has no PIDs: it is read as one stream, which is how SGLang's own log files look.
+
+Logs reach a ticket or a chat in other shapes too, and each is undone before parsing
+(`normalize`): `> ` quote markers, an outer column that a CI runner, `kubectl logs
+--timestamps`, `docker logs -t` or docker compose put in front of SGLang's own line, code
+fences, and tracebacks whose indentation the chat stripped. A paste holding only the
+exception line is read as a traceback without frames, so the diagnosis can say it matched
+on the message alone. None of this applies to the journal: the daemon trusts only what
+journald recorded.
 """
 
 from __future__ import annotations
@@ -10,7 +18,7 @@ from __future__ import annotations
 import errno
 import re
 from collections.abc import Iterable, Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from crashdoc.events import LifecycleRecord, LogLine
@@ -36,6 +44,7 @@ MAX_LINE_CHARS = 16 * 1024
 class ParsedText:
     events: list[LogLine | LifecycleRecord]  # in the order they were written
     format: str  # plain or one of the short formats
+    notes: list[str] = field(default_factory=list)  # what was undone to read the paste
 
     @property
     def lines(self) -> list[LogLine]:
@@ -59,9 +68,15 @@ def detect_format(lines: list[str]) -> str:
 
 def parse_text(text: str) -> ParsedText:
     raw = [clean(line[:MAX_LINE_CHARS]) for line in text.splitlines()]
+    raw, pids, notes = normalize(raw)
     fmt = detect_format(raw)
     if fmt == "plain":
-        return ParsedText([LogLine(PASTED_UNIT, 0, line) for line in raw], fmt)
+        plain = [LogLine(PASTED_UNIT, pid, line) for line, pid in zip(raw, pids, strict=True)]
+        at = lone_exception(plain)
+        if at is not None:  # read it as a traceback without frames: the matcher needs nothing else
+            plain.insert(at, LogLine(PASTED_UNIT, plain[at].pid, TRACEBACK_HEAD))
+            notes.append("no traceback given, matched on the message alone")
+        return ParsedText(list(plain), fmt, notes)
     pattern = dict(_SHORT_FORMATS)[fmt]
     events: list[LogLine | LifecycleRecord] = []
     lines: list[LogLine] = []
@@ -93,7 +108,111 @@ def parse_text(text: str) -> ParsedText:
         unit = next(iter(units))
         for entry in lines:
             entry.unit = unit
-    return ParsedText(events, fmt)
+    return ParsedText(events, fmt, notes)
+
+
+# --- the shapes of a paste -------------------------------------------------------------
+
+_QUOTE = re.compile(r"^ {0,3}(?:> ?)+")
+_FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
+# Outer columns in front of the program's own line, each with the note that names it. The column is only
+# removed when most lines carry it (a log line may well start with a date of its own).
+_COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # GitHub Actions, GitLab, `kubectl logs --timestamps`, `docker logs -t`: RFC 3339 with a zone, then a space
+    ("CI/kubectl timestamps", re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")),
+    # docker compose: `service-1  | `
+    ("docker compose service column", re.compile(r"^(?P<who>[A-Za-z0-9][\w.-]*)\s+\| ?")),
+    # `kubectl logs --prefix`: `[pod/name/container] `
+    ("kubectl --prefix column", re.compile(r"^\[(?P<who>pod/[^\]\s]+)\] ")),
+)
+_FRAME_UNINDENTED = re.compile(r'^File "[^"]*", line \d+')
+_TYPE_LINE = re.compile(
+    r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)(?::|$)"
+    r"|^(?:[a-z_]\w*\.)+[A-Z]\w*:|^Traceback \(most recent|^During handling|^The above exception"
+)
+# A paste that is one exception line: `ValueError: ...`, `torch.OutOfMemoryError: ...` (a warning is no failure)
+_LONE_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure): \S")
+TRACEBACK_HEAD = "Traceback (most recent call last):"
+
+
+def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
+    """Undo what quoting, outer prefix columns and stripped indentation did to a paste.
+
+    Returns the lines, a PID-like group per line (docker compose services interleave like
+    processes: each service's traceback must be assembled apart) and notes saying what was done.
+    """
+    notes: list[str] = []
+    lines = [line for line in lines if not _FENCE.match(line)]
+    body = [line for line in lines if line.strip()]
+    if body and sum(1 for line in body if _QUOTE.match(line)) >= max(1, int(len(body) * 0.6)):
+        lines = [_QUOTE.sub("", line, count=1) for line in lines]
+        notes.append("removed `> ` quote markers")
+    pids = [0] * len(lines)
+    # a compose column may hold a `docker logs -t` timestamp, or the other way round; a journalctl paste has none
+    for _ in range(2 if detect_format(lines) == "plain" else 0):
+        lines, pids, note = _strip_column(lines, pids)
+        if note is None:
+            break
+        notes.append(f"removed the {note}")
+    if any(_FRAME_UNINDENTED.match(line) for line in lines):
+        lines = _reindent(lines)
+        notes.append("restored the indentation of traceback frames")
+    return lines, pids, notes
+
+
+def _strip_column(lines: list[str], pids: list[int]) -> tuple[list[str], list[int], str | None]:
+    body = [line for line in lines if line.strip()]
+    if not body:
+        return lines, pids, None
+    for note, pattern in _COLUMNS:
+        if sum(1 for line in body if pattern.match(line)) < max(1, int(len(body) * 0.6)):
+            continue
+        groups: dict[str, int] = {}
+        out: list[str] = []
+        out_pids: list[int] = []
+        for line, pid in zip(lines, pids, strict=True):
+            m = pattern.match(line)
+            if m is None:
+                out.append(line)
+                out_pids.append(pid)
+                continue
+            who = m.groupdict().get("who")
+            if who is not None:
+                pid = groups.setdefault(who, len(groups) + 2)  # never 1: that is PID 1's in a journal paste
+            out.append(line[m.end() :])
+            out_pids.append(pid)
+        return out, out_pids, note
+    return lines, pids, None
+
+
+def _reindent(lines: list[str]) -> list[str]:
+    """`File "x", line 3, in f` at column 0 and its source line after it: put back Python's two and four
+    spaces, so that the frames, the source lines and the exception line are told apart again."""
+    out: list[str] = []
+    after_frame = False
+    for line in lines:
+        if _FRAME_UNINDENTED.match(line):
+            out.append("  " + line)
+            after_frame = True
+            continue
+        if after_frame and line.strip() and not _TYPE_LINE.match(line.lstrip()):
+            out.append(line if line[0].isspace() else "    " + line)  # the frame's source line, its ^^^ markers
+            continue
+        after_frame = False
+        out.append(line)
+    return out
+
+
+def lone_exception(lines: list[LogLine]) -> int | None:
+    """The index of the exception line of a paste that holds no traceback, only that line; else None."""
+    found = None
+    for i, line in enumerate(lines):
+        text = line.text
+        if TRACEBACK_HEAD in text or text.lstrip().startswith('File "'):
+            return None
+        if _LONE_EXCEPTION.match(text):
+            found = i
+    return found
 
 
 def _timestamp(fmt: str, raw: str) -> float:
