@@ -26,6 +26,8 @@ CATEGORIES: tuple[str, ...] = (
     "parallelism",
     "other",
 )
+# The second axis of a diagnosis: what kind of failure it is, whatever the subsystem (`category`) says.
+KINDS: tuple[str, ...] = ("config", "resource", "environment", "bug", "hardware-network")
 SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
 ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
@@ -154,6 +156,8 @@ class Traceback:
     header: str = ""  # the line that introduced it
     text: str = ""  # the traceback as printed (bounded)
     truncated: bool = False
+    seq: int = 0  # the number of the line it began on, in the order the engine read them (0: not counted)
+    logged_with: str = ""  # the SGLang log record it was printed under (`logger.warning(..., exc_info=True)`)
 
     @property
     def final(self) -> ExceptionInfo:
@@ -170,6 +174,7 @@ class Marker:
     text: str
     timestamp: float = 0.0
     invocation: str = ""
+    seq: int = 0  # the number of its line, in the order the engine read them
 
 
 # --- matching --------------------------------------------------------------------------
@@ -235,3 +240,6 @@ class Diagnosis:
     timestamp: float = 0.0
     config_change: dict[str, object] | None = None  # the edit that started the loop, with the flag diff
     derived: bool = False  # answered by a signature derived from SGLang's source, not a reviewed one
+    subsystem: str = ""  # which part of SGLang failed (the same value as `category`, kept for compatibility)
+    kind: str = ""  # what kind of failure: one of KINDS
+    handled: str = ""  # for a warning: why the traceback did not end the process ("" for a failure)

@@ -50,6 +50,8 @@ def diagnosis(signature: str | None = "dsv4-hicache-size-unsupported", **fix: An
         restarts=3,
         crashes=2,
         exit="killed by SIGKILL",
+        subsystem="hicache",
+        kind="config",
     )
 
 
@@ -114,6 +116,8 @@ def test_labels_identify_the_loop_and_annotations_say_what_to_change() -> None:
         "signature": "dsv4-hicache-size-unsupported",
         "severity": "critical",
         "instance": "gpu-node-7",
+        "subsystem": "hicache",  # the two axes: which part of SGLang, and what kind of failure (bounded values)
+        "kind": "config",
     }
     assert alert_labels(UNIT, diagnosis(signature=None), "h")["signature"] == "unknown"
     a = alert_annotations(UNIT, d, runbook_url(d.signature, UNIT))

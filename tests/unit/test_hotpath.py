@@ -78,7 +78,7 @@ def test_find_marker_on_real_lines() -> None:
         "[2026-12-01 10:00:05] Subprocess scheduler_0 (pid=7) crashed with exit code -9. Triggering SIGQUIT for "
         "cleanup...": "child-crashed",
         "[2026-12-01 10:00:05 TP0] KV Cache is allocated. dtype: torch.bfloat16, #tokens: 611584": "kv-cache",
-        "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37, cuda graph: True": None,
+        "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37, cuda graph: True": "serving",
         "Child process terminated with exit code 1": None,
     }
     for text, kind in lines.items():

@@ -26,7 +26,33 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("kill-tree", "kill_process_tree called"),
     ("warmup-failed", "Initialization failed. warmup error"),
     ("terminated", "terminated with"),
+    # the scheduler's periodic batch lines (scheduler_components/metrics_reporter.py; `Decode batch. ` before
+    # 0.5): the server is serving
+    ("serving", "Decode batch"),
+    ("serving", "Prefill batch"),
+    ("serving", ' HTTP/1.1" 200'),  # uvicorn's access log: a request the HTTP server answered
+    ("child-failed", "Child process unexpectedly failed"),  # engine.py's SIGCHLD handler (0.4.x)
 )
+# Kinds that say the run is going down: a traceback before one of these was fatal, whatever followed it.
+TEARDOWN_KINDS = frozenset({"sigquit", "child-crashed", "kill-tree", "warmup-failed", "terminated", "child-failed"})
+
+# How SGLang words a record it logs with `exc_info=True` (or a formatted traceback) and then carries on:
+# "load-publisher disabled: ...", "Polling /server_info failed; retrying.", "Warmup round failed; continuing.",
+# "IPC all-to-all unavailable (...); using NCCL", "... falling back to CPU.", "Error ignored in ...".
+_HANDLED_WORDING = re.compile(
+    r"\b(?:disabled|retrying|will retry|continuing|falling back|fall(?:s|ing)? back|fallback|skipping|ignor(?:ed|ing)"
+    r"|unavailable|using \S+ instead)\b|; using \w+"
+    r"|Exception in ASGI application",  # uvicorn: one request failed, the server goes on
+    re.IGNORECASE,
+)
+
+
+def handled_wording(record: str) -> bool:
+    """Whether the log record a traceback was printed under says SGLang carried on."""
+    _, _, body = split_prefix(record)
+    return _HANDLED_WORDING.search(body[:300]) is not None
+
+
 _LITERALS: tuple[str, ...] = tuple(literal for _, literal in MARKERS)
 _KIND = {literal: kind for kind, literal in MARKERS}
 

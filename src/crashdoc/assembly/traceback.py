@@ -24,7 +24,7 @@ import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
-from crashdoc.assembly.logline import split_prefix
+from crashdoc.assembly.logline import has_prefix, split_prefix
 from crashdoc.events import ExceptionInfo, Frame, LogLine, Traceback
 from crashdoc.text import clean
 
@@ -38,6 +38,7 @@ _FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:,? in (?P<
 FATAL_TYPE = "Fatal Python error"  # faulthandler's dump of a native crash (SIGSEGV, SIGABRT, SIGBUS, ...)
 _FATAL = re.compile(r"Fatal Python error: (?P<what>.+)$")
 _THREAD = re.compile(r"(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+\b.*\(most recent call first\):$")
+_LEVELS = ("ERROR:", "WARNING:", "INFO:")  # uvicorn's own records ("ERROR:    Exception in ASGI application")
 _FATAL_SKIP = ("Python runtime state:", "  <no Python frame>", "Stack (most recent call first):", "  ...")
 _EXC_LINE = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
 _WRAPPER = re.compile(r"(?P<who>[\w.]+) hit an exception: ?$")
@@ -76,6 +77,8 @@ class _Pending:
     text_chars: int = 0
     truncated: bool = False
     last_seen: float = 0.0
+    seq: int = 0
+    logged_with: str = ""
     fatal: str = ""  # faulthandler's "Fatal Python error: ..." line: a native crash dump is being read
     threads: int = 0  # thread stacks in that dump
     in_current: bool = True  # the frames being read belong to the thread that crashed
@@ -89,8 +92,15 @@ class TracebackAssembler:
         self._pending: OrderedDict[tuple[str, int], _Pending] = OrderedDict()
         self._previous: dict[tuple[str, int], str] = {}  # last plain line per process: a header candidate
         self.consumed = False  # whether the last line fed became part of a traceback
+        self._seq = 0
 
-    def feed(self, line: LogLine) -> tuple[Traceback, ...] | list[Traceback]:
+    def feed(self, line: LogLine, seq: int = 0) -> tuple[Traceback, ...] | list[Traceback]:
+        """One line in, the tracebacks it completed out; `seq` numbers the line (a traceback keeps the
+        number of the line it began on, so that the engine can tell what the process logged after it)."""
+        self._seq = seq
+        return self._feed(line)
+
+    def _feed(self, line: LogLine) -> tuple[Traceback, ...] | list[Traceback]:
         key = (line.unit, line.pid)
         state = self._pending.get(key)
         text = line.text
@@ -100,8 +110,8 @@ class TracebackAssembler:
                 return self._start_fatal(key, line, clean(text))
             if "Traceback (most recent" not in text and not text.startswith('  File "'):
                 self.consumed = False
-                if text and not text[0].isspace() and len(text) < 300:
-                    self._previous[key] = text
+                if text and not text[0].isspace():
+                    self._previous[key] = text[:300]
                     if len(self._previous) > self.limits.max_pending:
                         self._previous.pop(next(iter(self._previous)))
                 return _EMPTY
@@ -148,6 +158,7 @@ class TracebackAssembler:
         _, rank, body = split_prefix(text)
         wrapper = ""
         header = ""
+        logged_with = ""
         at = body.find(TRACEBACK_HEAD)
         if at > 0:
             header = body[:at].rstrip()
@@ -158,6 +169,8 @@ class TracebackAssembler:
             header = ""
         else:
             header = self._previous.get(key, "")
+            if header and not has_prefix(text) and (has_prefix(header) or header.startswith(_LEVELS)):
+                logged_with = header  # logger.x("...", exc_info=True): the record's first line, then the traceback
             if not header.startswith(_HEADER_STARTS):
                 header = ""
         state = _Pending(
@@ -169,6 +182,8 @@ class TracebackAssembler:
             rank=rank,
             header=header,
             last_seen=line.timestamp,
+            seq=self._seq,
+            logged_with=logged_with,
         )
         if at < 0:
             state.truncated = True
@@ -197,6 +212,7 @@ class TracebackAssembler:
             header=body[m.start() :].strip(),
             last_seen=line.timestamp,
             fatal=m.group("what").strip(),
+            seq=self._seq,
             phase="fatal",
             in_current=False,
         )
@@ -233,7 +249,7 @@ class TracebackAssembler:
             done = self._finish(self._pending.pop(key))
             return [done] if done is not None else []
         done = self._finish(self._pending.pop(key))
-        restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+        restarted = self._feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
         return [done, *restarted] if done is not None else list(restarted)
 
     def _continue(self, state: _Pending, key: tuple[str, int], line: LogLine, text: str) -> list[Traceback]:
@@ -248,7 +264,7 @@ class TracebackAssembler:
         if prefixed:
             # the process logged a new record: whatever we had is complete
             done = self._finish(self._pending.pop(key))
-            restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+            restarted = self._feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
             return [done, *restarted] if done is not None else list(restarted)
         if body.startswith(TRACEBACK_HEAD):
             if state.phase == "gap" or (state.phase == "frames" and not state.frames):
@@ -409,6 +425,8 @@ class TracebackAssembler:
             header=state.header,
             text="\n".join(state.text),
             truncated=state.truncated or state.frames_dropped > 0,
+            seq=state.seq,
+            logged_with=state.logged_with,
         )
 
 

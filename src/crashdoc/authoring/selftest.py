@@ -43,14 +43,14 @@ def example_invocation(example: Example, matcher: Matcher) -> Run:
     """Build the run an example describes: its lines, tracebacks, line matches and exit."""
     inv = Run("example", "example")
     assembler = TracebackAssembler()
-    for line in parse_text(example.text).lines:
+    for seq, line in enumerate(parse_text(example.text).lines, 1):  # numbered as the engine numbers them
         inv.add_line(line)
-        for tb in assembler.feed(line):
+        for tb in assembler.feed(line, seq):
             inv.add_traceback(tb)
         if not assembler.consumed and matcher.has_line_signatures:
             match = matcher.match_line(line.text)
             if match is not None:
-                inv.add_line_hit(LineHit(match, line))
+                inv.add_line_hit(LineHit(match, line, seq))
     for tb in assembler.flush():
         inv.add_traceback(tb)
     if example.exit:

@@ -101,6 +101,7 @@ def main(args: argparse.Namespace) -> int:
         if missing and not wanted:
             return 1
     diagnoses = engine.diagnoses(wanted)
+    warnings = engine.warnings(wanted)
     if source.stats.errors:
         print(
             f"crashdoc: skipped {source.stats.errors} unreadable journal entries ({source.stats.last_error})",
@@ -111,9 +112,9 @@ def main(args: argparse.Namespace) -> int:
             entries = f"its {count} entries" if count is not None else "all of it"
             print(f"crashdoc: skipped {path}: truncated or corrupt, {entries} could not be read", file=sys.stderr)
     if args.json:
-        print(diagnoses_json(diagnoses))
+        print(diagnoses_json(diagnoses, warnings=warnings))
     else:
-        sys.stdout.write(diagnoses_text(diagnoses, color=sys.stdout.isatty()))
+        sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
     return 0
 
 

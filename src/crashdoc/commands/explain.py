@@ -24,11 +24,11 @@ def main(args: argparse.Namespace) -> int:
     library = load_library_or_fail(args.signatures)
     results = explain_texts(sources, library)
     several = len(sources) > 1
-    for name, diagnoses in results:
+    for name, diagnoses, warnings in results:
         if args.json:
-            print(diagnoses_json(diagnoses, **({"file": name} if several else {})))
+            print(diagnoses_json(diagnoses, warnings=warnings, **({"file": name} if several else {})))
         else:
             if several:
                 print(f"== {name}")
-            sys.stdout.write(diagnoses_text(diagnoses, color=sys.stdout.isatty()))
+            sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
     return EXIT_OK

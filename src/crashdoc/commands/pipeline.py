@@ -72,14 +72,23 @@ def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
 
 def explain_text(text: str, library: Library, matcher: Matcher | None = None) -> list[Diagnosis]:
     """Diagnose one pasted log."""
+    return explain_text_with_warnings(text, library, matcher)[0]
+
+
+def explain_text_with_warnings(
+    text: str, library: Library, matcher: Matcher | None = None
+) -> tuple[list[Diagnosis], list[Diagnosis]]:
+    """Diagnose one pasted log: (failures, tracebacks the server survived)."""
     from crashdoc.sources.textlog import parse_text
 
     engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder())
     feed(engine, parse_text(text).events)
     engine.finish()
-    return engine.diagnoses()
+    return engine.diagnoses(), engine.warnings()
 
 
-def explain_texts(sources: Iterable[tuple[str, str]], library: Library) -> list[tuple[str, list[Diagnosis]]]:
+def explain_texts(
+    sources: Iterable[tuple[str, str]], library: Library
+) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
     matcher = Matcher(library, load_shipped())
-    return [(name, explain_text(text, library, matcher)) for name, text in sources]
+    return [(name, *explain_text_with_warnings(text, library, matcher)) for name, text in sources]

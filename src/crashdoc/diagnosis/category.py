@@ -7,8 +7,16 @@ say it on their own (OutOfMemoryError -> memory).
 
 from __future__ import annotations
 
+import re
+from typing import TYPE_CHECKING
+
 from crashdoc.assembly.fingerprint import frame_module
+from crashdoc.assembly.traceback import FATAL_TYPE
 from crashdoc.events import ExceptionInfo
+from crashdoc.matching.library import Signature
+
+if TYPE_CHECKING:
+    from crashdoc.diagnosis.rootcause import Finding
 
 _BY_TYPE: tuple[tuple[str, str], ...] = (
     ("OutOfMemoryError", "memory"),
@@ -83,3 +91,158 @@ def guess_category(exc: ExceptionInfo) -> str:
             if fragment in module:
                 return category
     return "other"
+
+
+# --- the second axis: what kind of failure -------------------------------------------------------------
+#
+# A subsystem says who owns a failure; the kind says what to do about it: change the configuration
+# (config), give it more of something (resource), fix the installation (environment), report it upstream
+# (bug), or look at the machines and the network between them (hardware-network).
+
+_KIND_BY_TYPE: tuple[tuple[str, str], ...] = (
+    ("OutOfMemoryError", "resource"),
+    ("MemoryError", "resource"),
+    ("ModuleNotFoundError", "environment"),
+    ("ImportError", "environment"),
+    ("FileNotFoundError", "environment"),
+    ("PermissionError", "environment"),
+    ("DistNetworkError", "hardware-network"),
+    ("DistStoreError", "hardware-network"),
+    ("ConnectionRefusedError", "hardware-network"),
+    ("ConnectionResetError", "hardware-network"),
+    ("ConnectionError", "hardware-network"),
+    ("TimeoutError", "hardware-network"),
+    ("gaierror", "hardware-network"),
+    ("KVTransferError", "hardware-network"),
+    (FATAL_TYPE, "bug"),
+    ("NotImplementedError", "bug"),
+    ("IndexError", "bug"),
+    ("KeyError", "bug"),
+    ("AttributeError", "bug"),
+    ("UnboundLocalError", "bug"),
+    ("ZeroDivisionError", "bug"),
+)
+# (fragment of the message, kind), first hit wins; lower-cased
+_KIND_BY_MESSAGE: tuple[tuple[str, str], ...] = (
+    ("out of memory", "resource"),
+    ("not enough memory", "resource"),
+    ("cannot allocate memory", "resource"),
+    ("no space left", "resource"),
+    ("too many open files", "resource"),
+    ("illegal memory access", "bug"),
+    ("device-side assert", "bug"),
+    ("misaligned address", "bug"),
+    ("segmentation fault", "bug"),
+    ("uncorrectable ecc", "hardware-network"),
+    ("xid", "hardware-network"),
+    ("nvlink", "hardware-network"),
+    ("watchdog caught collective operation timeout", "hardware-network"),
+    ("timed out", "hardware-network"),
+    ("timeout", "hardware-network"),
+    ("connection refused", "hardware-network"),
+    ("connection reset", "hardware-network"),
+    ("connection closed", "hardware-network"),
+    ("unreachable", "hardware-network"),
+    ("nccl error", "hardware-network"),
+    ("ibv_", "hardware-network"),
+    ("rdma", "hardware-network"),
+    ("address already in use", "environment"),
+    ("eaddrinuse", "environment"),
+    ("already in use", "environment"),
+    ("is not available in", "environment"),  # a port another process holds
+    ("cannot assign requested address", "config"),
+    ("no kernel image", "environment"),
+    ("invalid device function", "environment"),
+    ("no cuda gpus are available", "environment"),
+    ("no module named", "environment"),
+    ("pip install", "environment"),
+    ("is not installed", "environment"),
+    ("not installed", "environment"),
+    ("undefined symbol", "environment"),
+    ("glibc", "environment"),
+    ("cuda driver", "environment"),
+    ("driver version", "environment"),
+    ("compute capability", "environment"),
+    ("version", "environment"),
+    ("no such file", "environment"),
+    ("does not appear to have", "environment"),
+    ("model type", "environment"),
+    ("trust_remote_code", "environment"),
+    ("mismatch", "config"),  # prefill and decode (or TP and PP) configured apart
+    ("disagree", "config"),
+    ("is not equal to", "config"),
+    ("does not support different", "config"),
+    ("should not be none. do not send requests directly", "config"),
+    ("not found. available", "environment"),
+)
+_KIND_BY_CATEGORY: dict[str, str] = {
+    "flag-conflict": "config",
+    "memory": "resource",
+    "hicache": "config",
+    "disaggregation": "hardware-network",
+    "distributed": "hardware-network",
+    "network": "hardware-network",
+    "model-load": "environment",
+    "quantization": "config",
+    "attention-backend": "config",
+    "cuda-graph": "resource",
+    "tokenizer": "environment",
+    "speculative": "config",
+    "parallelism": "config",
+    "other": "bug",
+}
+_GROUP_NAME = re.compile(r"\(\?P<\w+>")
+_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+|\bSGLANG_[A-Z0-9_]+")
+
+
+def _type_kind(exc_type: str) -> str | None:
+    short = exc_type if exc_type == FATAL_TYPE else exc_type.rsplit(".", 1)[-1]
+    return next((kind for name, kind in _KIND_BY_TYPE if short == name), None)
+
+
+def guess_kind(exc_type: str, message: str, category: str) -> str:
+    """The kind of a failure from what it says: its exception type, then its message, then its subsystem.
+
+    An error whose message names a flag is the configuration's (SGLang's checks name the flag they
+    reject), unless the type or the words say otherwise first (an OOM naming --mem-fraction-static is
+    still a resource problem).
+    """
+    kind = _type_kind(exc_type)
+    if kind is not None:
+        return kind
+    low = message[:2000].lower()
+    for fragment, kind in _KIND_BY_MESSAGE:
+        if fragment in low:
+            return kind
+    short = exc_type.rsplit(".", 1)[-1]
+    if _FLAG.search(message[:2000]) or (short in ("ValueError", "AssertionError") and category != "other"):
+        return "config"
+    return _KIND_BY_CATEGORY.get(category, "bug")
+
+
+def signature_kind(sig: Signature) -> str:
+    """A signature's kind: its own `kind:` when it has one, else a rule: SGLang's argument checks
+    (signatures/sglang/validation/) and flag conflicts are configuration, an exit by the OOM killer is
+    a resource, and the others are read like an unknown error from their exception types, pattern
+    and category."""
+    if sig.failure_kind:
+        return sig.failure_kind
+    if "/validation/" in sig.origin.replace("\\", "/") or sig.category == "flag-conflict":
+        return "config"
+    if sig.exit:
+        return "resource" if "oom-kill" in sig.exit.get("result", ()) or sig.category == "memory" else "bug"
+    for exc_type in sig.exception_types:
+        kind = _type_kind(exc_type)
+        if kind is not None:
+            return kind
+    pattern = _GROUP_NAME.sub("(", sig.message or sig.line or "").replace("\\", "")  # (?P<timeout>...) says nothing
+    return guess_kind("", pattern, sig.category)
+
+
+def failure_kind(finding: Finding, sig: Signature | None) -> str:
+    """The kind of a diagnosed failure: its signature's, else guessed from what it says."""
+    if sig is not None:
+        return signature_kind(sig)
+    if finding.kind == "exit":
+        return "resource" if finding.category_guess == "memory" else "bug"
+    return guess_kind(finding.type, finding.message, finding.category_guess)

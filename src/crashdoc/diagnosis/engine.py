@@ -17,11 +17,12 @@ from typing import Any
 from crashdoc.assembly.markers import find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis import snapshot
+from crashdoc.diagnosis.category import failure_kind
 from crashdoc.diagnosis.configchange import FileChange, correlate
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Transition
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
-from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause, traceback_finding
+from crashdoc.diagnosis.run import Handled, LineHit, Run
 from crashdoc.events import Diagnosis, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
 from crashdoc.matching.matcher import Facts, Matcher
 
@@ -60,6 +61,7 @@ class UnitRecord:
     last_good: Run | None = None  # the last run that lived through the recovery window
     file_changes: list[FileChange] = field(default_factory=list)
     line_failures: Counter[str] = field(default_factory=Counter)
+    warnings_by_kind: Counter[str] = field(default_factory=Counter)  # handled tracebacks, by kind of failure
     pending_end: Run | None = None  # ended, waiting for PID 1's verdict
     sglang: bool = False
 
@@ -91,6 +93,7 @@ class Engine:
         self._units: dict[str, UnitRecord] = {}
         self._events: list[EngineEvent] = []
         self._synthetic = 0  # numbers runs of text logs, which have no INVOCATION_ID
+        self._seq = 0  # numbers the lines read: what a run logged after a traceback decides whether it was fatal
         self.now = 0.0
 
     @property
@@ -125,13 +128,16 @@ class Engine:
             if not inv.cmdline:
                 inv.cmdline = tuple(line.cmdline.split())  # journald joins argv with spaces: good without D-Bus
                 inv.flags = self.builder.flags_of(inv.cmdline)
-        done = self.assembler.feed(line)
+        self._seq += 1
+        seq = self._seq
+        done = self.assembler.feed(line, seq)
         for tb in done:
             self._add_traceback(rec, tb)
         if self.assembler.consumed:
             return
         marker = find_marker(line)
         if marker is not None:
+            marker.seq = seq
             if marker.kind in ("loading", "kv-cache", "ready"):
                 rec.sglang = True
             if marker.kind == "server-args":
@@ -139,12 +145,16 @@ class Engine:
                 inv.sglang = rec.sglang = True
                 inv.add_marker(marker)
                 return  # a very long line that no line signature is about
-            inv.add_marker(marker)
+            handled = inv.add_marker(marker)
+            if handled:
+                self._count_handled(rec, inv, handled)
+            if marker.kind == "serving":
+                return  # a batch line is no failure
         matcher = self.matcher
         if matcher.has_line_signatures:
             match = matcher.match_line(line.text)
             if match is not None:
-                inv.add_line_hit(LineHit(match, line))
+                inv.add_line_hit(LineHit(match, line, seq))
                 sig = matcher.library.get(match.signature_id)
                 if sig is not None and sig.severity != "critical":
                     rec.line_failures[match.signature_id] += 1
@@ -294,6 +304,7 @@ class Engine:
             "units": self._units,
             "pending": self.assembler.export(),
             "synthetic": self._synthetic,
+            "seq": self._seq,
             "now": self.now,
             "events": self._events,
         }
@@ -312,6 +323,7 @@ class Engine:
             units = dict(state["units"])
             pending = state["pending"]
             synthetic, now = int(state["synthetic"]), float(state["now"])
+            seq = int(state.get("seq", 0))
             events = list(state.get("events", ()))
             if not all(isinstance(r, UnitRecord) for r in units.values()):
                 raise TypeError("units are not unit records")
@@ -323,6 +335,7 @@ class Engine:
         self._units = units
         self.assembler.import_(pending)
         self._synthetic = synthetic
+        self._seq = seq
         self.now = now
         self._events = events
 
@@ -391,6 +404,48 @@ class Engine:
         result.sort(key=lambda item: (item[0][0], severity.get(item[1].severity, 3), item[0][2], item[0][1]))
         return [d for _, d in result]
 
+    def warnings(self, units: Iterable[str] | None = None) -> list[Diagnosis]:
+        """Tracebacks the runs survived, one per unit and error, most frequent first: shown, never a crash.
+
+        A traceback SGLang logged as handled is left out when its run then died with nothing else to
+        show: it is that crash's root cause.
+        """
+        wanted = set(units) if units is not None else None
+        out: list[Diagnosis] = []
+        matcher = self.matcher
+        for rec in self._units.values():
+            if wanted is not None and rec.name not in wanted:
+                continue
+            groups: dict[tuple[str, str], tuple[Handled, Run, int]] = {}
+            for inv in rec.invocations.values():
+                cause_of_crash = inv.crashed and not inv.tracebacks
+                for h in inv.handled:
+                    if cause_of_crash and h.how == "logged":
+                        continue
+                    key = (h.traceback.final.type, h.traceback.final.line)
+                    count = groups[key][2] + h.count if key in groups else h.count
+                    groups[key] = (groups[key][0] if key in groups else h, inv, count)
+            for h, inv, count in groups.values():
+                finding = traceback_finding(h.traceback, matcher, self._facts(rec, inv))
+                finding.processes = [h.traceback.rank or f"pid {h.traceback.pid}"]
+                finding.evidence.append(f"handled: {h.reason}")
+                if h.traceback.logged_with and h.how != "logged":
+                    finding.evidence.append(f"logged as: {h.traceback.logged_with[:200]}")
+                frames = h.traceback.final.frames
+                if frames:
+                    finding.evidence.append(f"raised at {frames[-1].file}:{frames[-1].line} in {frames[-1].function}")
+                d = self._build(rec, inv, finding, crashes=count, confidence=1.0)
+                if d.signature is None:
+                    d.fix.summary = (
+                        "SGLang carried on after this error: nothing to do unless the part that failed "
+                        "(see the root-cause line) is needed."
+                    )
+                d.severity = "warning"
+                d.handled = h.reason
+                out.append(d)
+        out.sort(key=lambda d: -d.crashes)
+        return out
+
     # --- internals -----------------------------------------------------------------------
 
     def _run_for(self, rec: UnitRecord, invocation: str, timestamp: float) -> Run:
@@ -442,9 +497,20 @@ class Engine:
         if inv is None:
             inv = rec.current or self._new_invocation(rec, tb.invocation, tb.timestamp)
         kept = len(inv.tracebacks)
-        inv.add_traceback(tb)
+        handled = inv.add_traceback(tb)
+        if handled:
+            self._count_handled(rec, inv, handled)
         if inv.ended and inv is not rec.pending_end and len(inv.tracebacks) > kept:  # at most MAX_TRACEBACKS times
             self._rejudge(rec, inv)
+
+    def _count_handled(self, rec: UnitRecord, inv: Run, handled: list[Handled]) -> None:
+        """Tracebacks the run survived: counted by kind of failure, never a crash."""
+        matcher = self.matcher
+        facts = self._facts(rec, inv)
+        for entry in handled:
+            finding = traceback_finding(entry.traceback, matcher, facts)
+            sig = matcher.library.get(finding.signature_id) if finding.signature_id else None
+            rec.warnings_by_kind[failure_kind(finding, sig)] += 1
 
     def _rejudge(self, rec: UnitRecord, inv: Run) -> None:
         """A traceback that completed after its run was judged: journald reads a unit's output lazily,

@@ -12,6 +12,8 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 
+from crashdoc.assembly.traceback import FATAL_TYPE
+from crashdoc.diagnosis.category import failure_kind
 from crashdoc.diagnosis.configchange import ConfigChange
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Run
@@ -78,6 +80,8 @@ class DiagnosisBuilder:
             confidence = min(confidence, DERIVED_CONFIDENCE)
         if sig is not None:
             title, category, severity = sig.title, sig.category, sig.severity
+            if category == "other" and finding.category_guess != "other":
+                category = finding.category_guess  # a generic signature (illegal memory access): where it happened
             flags = list(sig.flags)
             fix = self._fix_from_signature(sig, captures, ctx)
         else:
@@ -113,6 +117,8 @@ class DiagnosisBuilder:
             fingerprint=finding.fingerprint,
             evidence=evidence,
             restarts=ctx.n_restarts,
+            subsystem=category,
+            kind=failure_kind(finding, sig),
             invocation=inv.id if inv is not None and not inv.id.startswith("run-") else "",
             captures=captures,
             confidence=confidence,
@@ -133,6 +139,8 @@ class DiagnosisBuilder:
             signature=None,
             title="Crash loop without a logged error",
             category="other",
+            subsystem="other",
+            kind="bug",
             severity="critical",
             root_cause=RootCause(type="", message="the unit's processes died without logging a traceback", line=""),
             flags=[],
@@ -170,6 +178,8 @@ class DiagnosisBuilder:
 
 
 def _unknown_title(finding: Finding) -> str:
+    if finding.type == FATAL_TYPE:
+        return f"Native crash: {finding.line}"
     if finding.kind == "exit":
         return f"Crash without a traceback: {finding.line}"
     first = finding.line.strip() or f"{finding.type}: {finding.message.split(chr(10), 1)[0]}"
@@ -198,6 +208,15 @@ def _this_run(flags: list[str], current: Mapping[str, str]) -> str:
 
 
 def _unknown_advice(finding: Finding, flags: list[str] | None = None, current: Mapping[str, str] | None = None) -> str:
+    if finding.type == FATAL_TYPE:
+        return (
+            f"A native crash ({finding.line}): code outside Python (a CUDA kernel, NCCL, a compiled extension) "
+            "took the process down, in the frame named in the evidence. Collect: the core dump "
+            "(`coredumpctl info UNIT`; `LimitCORE=infinity` in the unit), the whole faulthandler dump "
+            "(SGLang's scheduler enables it; `PYTHONFAULTHANDLER=1` for the other processes), and a run with "
+            "`CUDA_LAUNCH_BLOCKING=1` to name the failing kernel; then report it upstream with the SGLang, torch, "
+            "driver and GPU versions."
+        )
     if finding.kind == "exit":
         return (
             "No signature knows this exit. If it was SIGKILL without a traceback, check the kernel OOM killer "

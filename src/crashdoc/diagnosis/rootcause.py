@@ -6,6 +6,12 @@ TCPStore errors once a peer is gone. The root cause is the first failing traceba
 run, among those logged shortly before it died; consequences of a child's death and
 interrupts never win. Without any traceback, a line-level signature or the way the process
 ended (OOM kill, core dump, signal) is the best evidence there is.
+
+A native crash dump (faulthandler's `Fatal Python error: Aborted`) is how a process dies after
+something else went wrong: when a critical line came first (NCCL's watchdog timeout, `terminate
+called after throwing ...`), that line is the root cause and the dump its consequence.
+Tracebacks the run survived (`Run.handled`) are never a cause, except one SGLang logged as
+handled when the run died with nothing else to show.
 """
 
 from __future__ import annotations
@@ -14,8 +20,9 @@ import re
 from dataclasses import dataclass, field
 
 from crashdoc.assembly.fingerprint import fingerprint_text, fingerprint_traceback
+from crashdoc.assembly.traceback import FATAL_TYPE, TRACEBACK_HEAD
 from crashdoc.diagnosis.category import guess_category
-from crashdoc.diagnosis.run import Run
+from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher
@@ -87,20 +94,29 @@ def traceback_finding(tb: Traceback, matcher: Matcher, facts: Facts) -> Finding:
 def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
     """The finding that best explains why this run died (None when nothing says)."""
     teardown = next((m.timestamp for m in inv.markers if m.kind == "kill-tree" and m.timestamp), None)
+    pool = list(inv.tracebacks)
+    if not pool and inv.crashed:
+        # died with nothing but a traceback SGLang said it handled ("...; retrying."): the retries ran out
+        pool = [h.traceback for h in inv.handled if h.how == "logged"]
     candidates = [
         tb
-        for tb in inv.tracebacks
+        for tb in pool
         if not is_consequence(tb) and (teardown is None or not tb.timestamp or tb.timestamp <= teardown)
     ]
     if not candidates and not inv.oom_killed:
-        candidates = list(inv.tracebacks)  # "Rank 0 scheduler died" is all there is: better than nothing
+        candidates = list(pool)  # "Rank 0 scheduler died" is all there is: better than nothing
     # an exception in a thread does not end the process: it explains a crash only when nothing else does
     candidates = [tb for tb in candidates if not tb.header.startswith(_THREAD_HEADER)] or candidates
     if candidates:
         last = max(tb.timestamp for tb in candidates)
         if last:
             candidates = [tb for tb in candidates if tb.timestamp >= last - ROOT_WINDOW_SECONDS] or candidates
-        chosen = traceback_finding(candidates[0], matcher, facts)
+        first = candidates[0]
+        if first.final.type == FATAL_TYPE:
+            cause = _line_before(inv, matcher, first)
+            if cause is not None:
+                return cause
+        chosen = traceback_finding(first, matcher, facts)
         if chosen.match is None:
             # a later traceback of the same burst may be the one a signature knows (e.g. the
             # launcher's own error after an unknown child failure): prefer knowledge over order
@@ -116,7 +132,7 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
         return chosen
     critical = [h for h in inv.line_hits if _severity(matcher, h.match) == "critical"]
     if critical:
-        hit = critical[-1]
+        hit = _best(critical)
         finding = Finding(
             kind="line",
             fingerprint=fingerprint_text(hit.match.signature_id, hit.match.line),
@@ -155,6 +171,46 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
             finding.evidence.append(f"then the launcher reported: {tb.final.line or tb.final.message[:200]}")
     _add_exit_evidence(finding, inv)
     return finding
+
+
+def _line_before(inv: Run, matcher: Matcher, dump: Traceback) -> Finding | None:
+    """The first critical line-level failure logged before a native crash dump: what made it abort."""
+    if not dump.seq:
+        return None
+    before = [h for h in inv.line_hits if h.seq and h.seq < dump.seq and _severity(matcher, h.match) == "critical"]
+    if not before:
+        return None
+    hit = _best(before)
+    finding = Finding(
+        kind="line",
+        fingerprint=fingerprint_text(hit.match.signature_id, hit.match.line),
+        type="",
+        message=hit.match.line,
+        line=hit.match.line,
+        match=hit.match,
+        timestamp=hit.line.timestamp,
+    )
+    finding.evidence.append(hit.line.text.strip()[:300])
+    where = _innermost(dump)
+    finding.evidence.append(
+        f"then the process died natively ({dump.final.line}{where}): a consequence, the dump is not the cause"
+    )
+    _add_exit_evidence(finding, inv)
+    return finding
+
+
+def _best(hits: list[LineHit]) -> LineHit:
+    """The most specific failure line (a generic `terminate called ...` loses to the NCCL timeout it
+    reports), the first of equals: later lines of the same failure follow from it."""
+    return max(enumerate(hits), key=lambda item: (item[1].match.score, -item[0]))[1]
+
+
+def _innermost(tb: Traceback) -> str:
+    frames = tb.final.frames
+    if not frames:
+        return ""
+    f = frames[-1]
+    return f", in {f.function} at {f.file}:{f.line}"
 
 
 def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
@@ -207,9 +263,22 @@ def _add_traceback_evidence(finding: Finding, inv: Run) -> None:
         names = ", ".join(finding.processes[:16])
         finding.evidence.append(f"the same error in {len(finding.processes)} processes: {names}")
     frames = tb.final.frames
-    if frames:
+    if tb.final.type == FATAL_TYPE:
+        if frames:
+            f = frames[-1]
+            finding.evidence.append(f"the crashing thread was running {f.function} at {f.file}:{f.line}")
+        finding.evidence.append("the other threads in the dump were waiting, not the cause")
+    elif frames:
         f = frames[-1]
         finding.evidence.append(f"raised at {f.file}:{f.line} in {f.function}")
+    if not any(e.frames for e in tb.chain) and tb.final.type != FATAL_TYPE:
+        finding.evidence.append("no traceback given, matched on the message alone")
+    elif TRACEBACK_HEAD not in tb.text and tb.final.type != FATAL_TYPE:
+        finding.evidence.append(
+            "the log starts mid-traceback (no `Traceback (most recent call last):` line): outer frames are missing"
+        )
+    for h in inv.handled[:3]:
+        finding.evidence.append(f"handled earlier, not the cause: {h.traceback.final.line[:160]} ({h.reason})")
     others = {fingerprint_traceback(t) for t in inv.tracebacks} - {finding.fingerprint}
     if others:
         finding.evidence.append(f"{len(others)} other traceback(s) in this run treated as consequences")

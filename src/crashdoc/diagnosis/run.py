@@ -3,24 +3,48 @@
 A crash record is an invocation that ended badly: how it ended (exit code or signal, unit
 result, OOM kill, core dump), how long it lived, whether SGLang said it was ready, and the
 tracebacks, line matches and markers it logged. Everything kept here is bounded.
+
+Not every traceback is fatal. SGLang logs some exceptions and carries on (`logger.warning(
+"load-publisher disabled: ...", exc_info=True)`), and a server that says it is ready or logs
+decode/prefill batches after a traceback survived it. Such a traceback is *handled*: it moves
+from `tracebacks` to `handled` and is shown as a warning, never as a crash's cause. The
+judgement is made as lines arrive: a traceback stays open until the run says ready or serves
+(handled), or shows it is going down (SIGQUIT, the launcher's kill, a new start in the same
+text: fatal, open no more). A traceback the scheduler wraps ("Scheduler hit an exception") or a
+native crash dump is fatal from the start.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crashdoc.assembly.logline import split_prefix
+from crashdoc.assembly.markers import TEARDOWN_KINDS, handled_wording
+from crashdoc.assembly.traceback import FATAL_TYPE
 from crashdoc.events import LifecycleRecord, LogLine, Marker, Match, Traceback
 from crashdoc.sources.lifecycle import describe_exit
 
 MAX_TRACEBACKS = 16
 MAX_LINE_MATCHES = 32
 MAX_EVIDENCE_LINES = 40
+MAX_HANDLED = 16
 
 
 @dataclass(slots=True)
 class LineHit:
     match: Match
     line: LogLine
+    seq: int = 0  # the number of the line, in the order the engine read them
+
+
+@dataclass(slots=True)
+class Handled:
+    """A traceback the run survived: a warning, not a crash."""
+
+    traceback: Traceback
+    reason: str  # in words, for the output
+    how: str  # logged (SGLang said it carries on) | ready | serving (the run went on after it)
+    count: int = 1  # the same handled traceback again (by fingerprint of its final exception line)
 
 
 @dataclass(slots=True)
@@ -52,6 +76,9 @@ class Run:
     good: bool = False  # lived through the recovery window (and was ready): its command line is known good
     flags: dict[str, str] | None = None  # its command-line flags, read when the run began
     ended_by_input: bool = False  # a one-shot read ran out of input before the unit said how it ended
+    handled: list[Handled] = field(default_factory=list)  # tracebacks it survived (bounded, grouped)
+    handled_total: int = 0
+    open_tracebacks: list[int] = field(default_factory=list)  # seqs of tracebacks whose fate is not yet known
 
     @property
     def ended(self) -> bool:
@@ -98,21 +125,68 @@ class Run:
             self.first_line_at = line.timestamp
         self.last_line_at = line.timestamp or self.last_line_at
 
-    def add_traceback(self, tb: Traceback) -> None:
+    def add_traceback(self, tb: Traceback) -> list[Handled]:
+        """Keep a traceback; returns it as handled when its own log record says SGLang carried on."""
+        if not _fatal_by_nature(tb) and tb.logged_with and handled_wording(tb.logged_with):
+            return [self._handle(tb, f"logged as: {_record_text(tb.logged_with)}", "logged")]
         if len(self.tracebacks) < MAX_TRACEBACKS:
             self.tracebacks.append(tb)
+            if not _fatal_by_nature(tb) and tb.seq:
+                self.open_tracebacks.append(tb.seq)
         else:
             self.tracebacks_dropped += 1
+        return []
+
+    def _handle(self, tb: Traceback, reason: str, how: str) -> Handled:
+        self.handled_total += 1
+        key = (tb.final.type, tb.final.line)
+        for seen in self.handled:
+            if (seen.traceback.final.type, seen.traceback.final.line) == key:
+                seen.count += 1
+                return seen
+        entry = Handled(tb, reason, how)
+        if len(self.handled) < MAX_HANDLED:
+            self.handled.append(entry)
+        return entry
+
+    def _resolve(self, marker: Marker, reason: str, how: str) -> list[Handled]:
+        """The open tracebacks this marker shows the run survived (serving: those of the same process)."""
+        done: list[Handled] = []
+        keep: list[int] = []
+        for seq in self.open_tracebacks:
+            tb = next((t for t in self.tracebacks if t.seq == seq), None)
+            if tb is None:
+                continue
+            if seq < marker.seq and (how == "ready" or 0 in (tb.pid, marker.pid) or tb.pid == marker.pid):
+                self.tracebacks.remove(tb)
+                done.append(self._handle(tb, reason, how))
+            else:
+                keep.append(seq)
+        self.open_tracebacks = keep
+        return done
 
     def add_line_hit(self, hit: LineHit) -> None:
         if len(self.line_hits) < MAX_LINE_MATCHES:
             self.line_hits.append(hit)
 
-    def add_marker(self, marker: Marker) -> None:
-        if marker.kind == "ready" and self.ready_at is None:
-            self.ready_at = marker.timestamp or self.last_line_at or 1.0
+    def add_marker(self, marker: Marker) -> list[Handled]:
+        """Keep a marker; returns the open tracebacks it shows were handled."""
+        done: list[Handled] = []
+        kind = marker.kind
+        if kind == "serving":  # frequent and only good for this: not kept
+            if self.open_tracebacks:
+                done = self._resolve(marker, "the server went on serving (decode/prefill batches) after it", "serving")
+            return done
+        if kind == "ready":
+            if self.ready_at is None:
+                self.ready_at = marker.timestamp or self.last_line_at or 1.0
+            if self.open_tracebacks:
+                done = self._resolve(marker, "the server said it was ready after it", "ready")
+        elif kind in TEARDOWN_KINDS or kind == "server-args":
+            self.open_tracebacks.clear()  # going down, or a new start in the same text: what came before was fatal
         if len(self.markers) < 64:
             self.markers.append(marker)
+        return done
 
     def apply(self, record: LifecycleRecord) -> None:
         """Fold one of PID 1's records into this run."""
@@ -145,3 +219,13 @@ class Run:
             self.deactivated = True
             if self.ended_at is None:
                 self.ended_at = record.timestamp or self.last_line_at
+
+
+def _fatal_by_nature(tb: Traceback) -> bool:
+    """SGLang's process wrappers ("Scheduler hit an exception:") log right before the process tree is
+    killed, and a native crash dump is the process dying: neither is ever handled."""
+    return bool(tb.wrapper) or tb.final.type == FATAL_TYPE
+
+
+def _record_text(record: str) -> str:
+    return split_prefix(record)[2].strip()[:200]

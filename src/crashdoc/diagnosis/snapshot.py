@@ -26,7 +26,7 @@ from crashdoc.assembly.traceback import _Pending
 from crashdoc.diagnosis.configchange import ConfigChange, FileChange
 from crashdoc.diagnosis.crashloop import Crash, LoopState, LoopTracker, Transition
 from crashdoc.diagnosis.rootcause import Finding
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.run import Handled, LineHit, Run
 from crashdoc.events import (
     Diagnosis,
     ExceptionInfo,
@@ -53,6 +53,7 @@ MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 _RECORDS: tuple[type, ...] = (
     Run,
     LineHit,
+    Handled,
     LoopTracker,
     Crash,
     Transition,

@@ -80,6 +80,7 @@ class Signature:
     examples: tuple[Example, ...] = ()
     near_misses: tuple[Example, ...] = ()
     origin: str = ""  # file:line where the signature is defined
+    failure_kind: str = ""  # the YAML's optional `kind:` (config, resource, ...); "" lets diagnosis derive it
 
     @property
     def kind(self) -> str:
@@ -353,4 +354,5 @@ def _build(entry: dict[str, Any], base: tuple[Any, ...], lines: dict[tuple[Any, 
         examples=_examples(examples["match"], (*base, "examples", "match"), lines),
         near_misses=_examples(examples.get("no_match", []), (*base, "examples", "no_match"), lines),
         origin=f"{name}:{_line_for(lines, base)}",
+        failure_kind=entry.get("kind", ""),
     )

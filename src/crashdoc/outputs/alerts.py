@@ -63,6 +63,8 @@ def alert_labels(unit: str, d: Diagnosis, instance: str) -> dict[str, str]:
         "signature": d.signature or "unknown",
         "severity": d.severity,
         "instance": instance,
+        "subsystem": d.subsystem or d.category,
+        "kind": d.kind or "bug",
     }
     return {k: redact(v) for k, v in labels.items()}
 

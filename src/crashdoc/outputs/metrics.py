@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from crashdoc import __version__
 from crashdoc.diagnosis.engine import UnitRecord
+from crashdoc.events import KINDS
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -108,7 +109,7 @@ class CrashdocCollector(Collector):
         info = GaugeMetricFamily(
             "crashdoc_diagnosis_info",
             "the current crash loop's diagnosis (derived: answered by a signature derived from SGLang's source)",
-            labels=["unit", "signature", "category", "severity", "derived"],
+            labels=["unit", "signature", "category", "severity", "derived", "subsystem", "kind"],
         )
         confidence = GaugeMetricFamily(
             "crashdoc_diagnosis_confidence",
@@ -119,6 +120,12 @@ class CrashdocCollector(Collector):
             "crashdoc_line_failures",
             "failures that do not end the process (e.g. KV transfer), by signature",
             labels=["unit", "signature"],
+        )
+        warnings = CounterMetricFamily(
+            "crashdoc_warnings",
+            "tracebacks a run survived (SGLang logged them and carried on, or served after them), by kind "
+            "of failure: never a crash, never an alert",
+            labels=["unit", "kind"],
         )
         state = GaugeMetricFamily("crashdoc_unit_state", "loop state of the unit (one-hot)", labels=["unit", "state"])
         for rec in units:
@@ -139,10 +146,13 @@ class CrashdocCollector(Collector):
             d = rec.diagnosis
             if d is not None:
                 derived = "true" if d.derived else "false"
-                info.add_metric([name, d.signature or "unknown", d.category, d.severity, derived], 1.0)
+                labels = [name, d.signature or "unknown", d.category, d.severity, derived]
+                info.add_metric([*labels, d.subsystem or d.category, d.kind], 1.0)
                 confidence.add_metric([name], d.confidence)
             for signature, count in sorted(rec.line_failures.items()):
                 line_failures.add_metric([name, signature], float(count))
+            for kind in KINDS:  # every kind, so that rate() sees the first warning
+                warnings.add_metric([name, kind], float(rec.warnings_by_kind.get(kind, 0)))
             for value in ("healthy", "crash-looping", "failed", "recovered", "stopped"):
                 state.add_metric([name, value], 1.0 if rec.loop.state.value == value else 0.0)
         yield from (
@@ -156,6 +166,7 @@ class CrashdocCollector(Collector):
             info,
             confidence,
             line_failures,
+            warnings,
             state,
         )
 

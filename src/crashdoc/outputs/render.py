@@ -20,6 +20,8 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
         "signature": d.signature,
         "title": d.title,
         "category": d.category,
+        "subsystem": d.subsystem or d.category,
+        "kind": d.kind,
         "severity": d.severity,
         "root_cause": {"type": d.root_cause.type, "message": d.root_cause.message, "line": d.root_cause.line},
         "flags": list(d.flags),
@@ -46,6 +48,8 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
         "config_change": d.config_change,
         "derived": d.derived,
     }
+    if d.handled:
+        data["handled"] = d.handled
     return redact_data(data)
 
 
@@ -60,14 +64,36 @@ def redact_data(value: Any) -> Any:
     return value
 
 
-def diagnoses_json(diagnoses: Sequence[Diagnosis], **extra: Any) -> str:
-    return json.dumps({**extra, "diagnoses": [diagnosis_dict(d) for d in diagnoses]}, ensure_ascii=False)
+def diagnoses_json(diagnoses: Sequence[Diagnosis], warnings: Sequence[Diagnosis] | None = None, **extra: Any) -> str:
+    """`{"diagnoses": [...]}`, with `"warnings"` (tracebacks the server survived) when they were looked for."""
+    doc: dict[str, Any] = {**extra, "diagnoses": [diagnosis_dict(d) for d in diagnoses]}
+    if warnings is not None:
+        doc["warnings"] = [diagnosis_dict(w) for w in warnings]
+    return json.dumps(doc, ensure_ascii=False)
 
 
-def diagnoses_text(diagnoses: Sequence[Diagnosis], *, color: bool = False) -> str:
-    if not diagnoses:
-        return "No failure found.\n"
-    return "\n".join(diagnosis_text(d, color=color) for d in diagnoses)
+def diagnoses_text(diagnoses: Sequence[Diagnosis], *, warnings: Sequence[Diagnosis] = (), color: bool = False) -> str:
+    out = "\n".join(diagnosis_text(d, color=color) for d in diagnoses) if diagnoses else "No failure found.\n"
+    if warnings:
+        out += f"\nWarnings: {len(warnings)} error(s) that SGLang survived (no crash, no alert):\n"
+        out += "\n".join(warning_text(w, color=color) for w in warnings)
+    return out
+
+
+def warning_text(w: Diagnosis, *, color: bool = False) -> str:
+    """A handled traceback: what it was, why it is no crash, and the signature's advice if one knows it."""
+    yellow, dim, reset = ("\x1b[33m", "\x1b[2m", "\x1b[0m") if color else ("", "", "")
+    unit = w.unit or "(pasted log)"
+    times = f"   seen: {w.crashes} times" if w.crashes > 1 else ""
+    lines = [
+        f"{yellow}{unit}: warning: {w.title}{reset}",
+        f"  signature: {w.signature or 'unknown'}   subsystem: {w.subsystem or w.category}   kind: {w.kind}{times}",
+        f"  error: {w.root_cause.line}",
+        f"  handled: {w.handled}",
+        f"  advice: {w.fix.summary}",
+    ]
+    lines.extend(f"  {dim}  - {e}{reset}" for e in w.evidence if not e.startswith("handled: "))
+    return redact("\n".join(lines)) + "\n"
 
 
 def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
@@ -75,8 +101,8 @@ def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
     unit = d.unit or "(pasted log)"
     lines = [
         f"{bold}{unit}: {d.title}{reset}",
-        f"  signature: {d.signature or 'unknown'}   category: {d.category}   severity: {red}{d.severity}{reset}"
-        + (f"   fingerprint: {d.fingerprint}" if d.signature is None else ""),
+        f"  signature: {d.signature or 'unknown'}   category: {d.category}   kind: {d.kind or 'unknown'}"
+        f"   severity: {red}{d.severity}{reset}" + (f"   fingerprint: {d.fingerprint}" if d.signature is None else ""),
     ]
     if d.derived:
         lines.append(f"  derived from SGLang's source (not reviewed), confidence {d.confidence:.2f}")

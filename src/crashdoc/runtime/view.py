@@ -36,7 +36,8 @@ class HttpView:
 
     def diagnoses_json(self, unit: str | None) -> str:
         with self.lock:
-            return diagnoses_json(self.engine.diagnoses([unit] if unit else None))
+            units = [unit] if unit else None
+            return diagnoses_json(self.engine.diagnoses(units), warnings=self.engine.warnings(units))
 
     def unit_page(self, unit: str) -> bytes | None:
         with self.lock:
