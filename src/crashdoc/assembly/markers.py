@@ -32,6 +32,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("serving", "Prefill batch"),
     ("serving", ' HTTP/1.1" 200'),  # uvicorn's access log: a request the HTTP server answered
     ("child-failed", "Child process unexpectedly failed"),  # engine.py's SIGCHLD handler (0.4.x)
+    # utils/common.py retry(): traceback.print_exc(), then this record, then it tries again
+    ("retrying", "retry() failed once"),
 )
 # Kinds that say the run is going down: a traceback before one of these was fatal, whatever followed it.
 TEARDOWN_KINDS = frozenset({"sigquit", "child-crashed", "kill-tree", "warmup-failed", "terminated", "child-failed"})

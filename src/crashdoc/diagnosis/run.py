@@ -79,6 +79,7 @@ class Run:
     handled: list[Handled] = field(default_factory=list)  # tracebacks it survived (bounded, grouped)
     handled_total: int = 0
     open_tracebacks: list[int] = field(default_factory=list)  # seqs of tracebacks whose fate is not yet known
+    tore_down: bool = False  # SGLang's teardown was logged (SIGQUIT from a child, the launcher's kill, ...)
 
     @property
     def ended(self) -> bool:
@@ -103,7 +104,8 @@ class Run:
             return False
         if self.exit_code is not None:
             return not (self.exit_code == "exited" and self.exit_status in ("0", "SUCCESS"))
-        return bool(self.tracebacks)
+        # a pasted log: a fatal traceback, or failure lines (NCCL's watchdog) and then SGLang's teardown
+        return bool(self.tracebacks) or (self.tore_down and bool(self.line_hits))
 
     @property
     def lifetime(self) -> float | None:
@@ -150,19 +152,22 @@ class Run:
         return entry
 
     def _resolve(self, marker: Marker, reason: str, how: str) -> list[Handled]:
-        """The open tracebacks this marker shows the run survived (serving: those of the same process)."""
-        done: list[Handled] = []
-        keep: list[int] = []
+        """The open tracebacks this marker shows the run survived: all of them for "ready", the same
+        process's for serving lines, and only the latest of the process for a retry record."""
+        chosen: list[Traceback] = []
         for seq in self.open_tracebacks:
             tb = next((t for t in self.tracebacks if t.seq == seq), None)
-            if tb is None:
+            if tb is None or seq >= marker.seq:
                 continue
-            if seq < marker.seq and (how == "ready" or 0 in (tb.pid, marker.pid) or tb.pid == marker.pid):
-                self.tracebacks.remove(tb)
-                done.append(self._handle(tb, reason, how))
-            else:
-                keep.append(seq)
-        self.open_tracebacks = keep
+            if how == "ready" or 0 in (tb.pid, marker.pid) or tb.pid == marker.pid:
+                chosen.append(tb)
+        if how == "logged":
+            chosen = chosen[-1:]
+        done: list[Handled] = []
+        for tb in chosen:
+            self.open_tracebacks.remove(tb.seq)
+            self.tracebacks.remove(tb)
+            done.append(self._handle(tb, reason, how))
         return done
 
     def add_line_hit(self, hit: LineHit) -> None:
@@ -177,12 +182,17 @@ class Run:
             if self.open_tracebacks:
                 done = self._resolve(marker, "the server went on serving (decode/prefill batches) after it", "serving")
             return done
+        if kind == "retrying":  # the traceback just printed is one failed try of several
+            if self.open_tracebacks:
+                done = self._resolve(marker, f"SGLang retried after it ({_record_text(marker.text)})", "logged")
+            return done
         if kind == "ready":
             if self.ready_at is None:
                 self.ready_at = marker.timestamp or self.last_line_at or 1.0
             if self.open_tracebacks:
                 done = self._resolve(marker, "the server said it was ready after it", "ready")
         elif kind in TEARDOWN_KINDS or kind == "server-args":
+            self.tore_down = self.tore_down or kind in TEARDOWN_KINDS
             self.open_tracebacks.clear()  # going down, or a new start in the same text: what came before was fatal
         if len(self.markers) < 64:
             self.markers.append(marker)

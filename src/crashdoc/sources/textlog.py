@@ -74,7 +74,11 @@ def parse_text(text: str) -> ParsedText:
         plain = [LogLine(PASTED_UNIT, pid, line) for line, pid in zip(raw, pids, strict=True)]
         at = lone_exception(plain)
         if at is not None:  # read it as a traceback without frames: the matcher needs nothing else
-            plain.insert(at, LogLine(PASTED_UNIT, plain[at].pid, TRACEBACK_HEAD))
+            pid = plain[at].pid
+            plain[at : at + 1] = [
+                LogLine(PASTED_UNIT, pid, TRACEBACK_HEAD),
+                LogLine(PASTED_UNIT, pid, plain[at].text.strip()),
+            ]
             notes.append("no traceback given, matched on the message alone")
         return ParsedText(list(plain), fmt, notes)
     pattern = dict(_SHORT_FORMATS)[fmt]
@@ -210,7 +214,7 @@ def lone_exception(lines: list[LogLine]) -> int | None:
         text = line.text
         if TRACEBACK_HEAD in text or text.lstrip().startswith('File "'):
             return None
-        if _LONE_EXCEPTION.match(text):
+        if _LONE_EXCEPTION.match(text.strip()):
             found = i
     return found
 
