@@ -42,6 +42,10 @@ Environment variables for what flags cannot express:
   milliseconds of each other; the fake's ranks are staggered by up to half a second per rank so that
   they report fractions of a second apart, as seen in real logs).
 - ``SGLANG_LOG_MS=1``: milliseconds in timestamps, as in SGLang.
+- ``FAKE_SGLANG_HANDLED=load-publisher``: TP0's load publisher cannot bind its socket and SGLang logs
+  ``load-publisher disabled: failed to bind the load socket at ...`` with the ``zmq.error.ZMQError``
+  traceback (scheduler_components/load_publisher.py:188, ``exc_info=True``), then starts and serves:
+  a handled traceback in a healthy server.
 """
 
 from __future__ import annotations
@@ -286,6 +290,17 @@ def resolved_dict(args: argparse.Namespace) -> dict[str, Any]:
 # --- scheduler process (srt/managers/scheduler.py) ----------------------------------------------
 
 
+class ZMQError(Exception):
+    """pyzmq's error type, printed under its real name (pyzmq is not a dependency of the sandbox)."""
+
+
+ZMQError.__module__ = "zmq.error"
+
+
+def _open_pub_socket(endpoint: str) -> None:
+    raise ZMQError(f"Address already in use (addr={endpoint!r})")
+
+
 class Scheduler:
     """Just enough of Scheduler.__init__ to fail where SGLang fails, in the same order."""
 
@@ -298,6 +313,7 @@ class Scheduler:
         self.avail_mem = 79.19 - random.uniform(0.3, 0.9)
         self.dsv4 = _is_dsv4(args)
         self.init_model_worker()
+        self.init_load_publisher()
         self.init_cache_with_memory_pool()
         self.max_total_num_tokens = self.num_tokens
         context_len = args.context_length or (1048576 if self.dsv4 else 131072)
@@ -382,6 +398,22 @@ class Scheduler:
             "documentation for Memory Management  "
             "(https://pytorch.org/docs/stable/notes/cuda.html#environment-variables)"
         )
+
+    def init_load_publisher(self) -> None:
+        """scheduler_components/load_publisher.py: a bind failure must not take down startup."""
+        if os.environ.get("FAKE_SGLANG_HANDLED") != "load-publisher" or self.tp_rank != 0:
+            return
+        endpoint = f"tcp://127.0.0.1:{5757 + self.tp_rank}"
+        try:
+            _open_pub_socket(endpoint)
+        except Exception:
+            logger.warning(
+                "load-publisher disabled: failed to bind the load socket at "
+                "%r; /server_info advertises this range but nothing is "
+                "listening on it",
+                endpoint,
+                exc_info=True,
+            )
 
     def init_cache_with_memory_pool(self) -> None:
         if self.args.enable_hierarchical_cache:
