@@ -342,3 +342,33 @@ def test_pid1_lifecycle_is_unchanged_by_the_judgement() -> None:
     [d] = host.engine.diagnoses()
     assert d.root_cause.line == ZMQ_LINE  # SGLang said it handled it, but nothing else explains the death
     assert host.engine.warnings() == []
+
+
+def test_sibling_ranks_teardown_and_their_dumps_stay_collateral(tmp_path: Path) -> None:
+    """TP1 runs out of memory; TP0 then loses its gloo peer and aborts (a faulthandler dump), the launcher
+    reports the dead child and SIGQUITs: the root cause is TP1's error."""
+    [d] = explain(tmp_path, (FIXTURES / "oom-then-sibling-teardown.log").read_text(encoding="utf-8"))["diagnoses"]
+    assert d["root_cause"]["line"].startswith("torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 20.00 GiB")
+    assert (d["subsystem"], d["kind"]) == ("memory", "resource")
+    assert "2 other traceback(s) in this run treated as consequences" in d["evidence"]
+
+
+@pytest.mark.parametrize(
+    "teardown",
+    [
+        "[2025-08-01 10:00:03] Child process unexpectedly failed with exitcode=9. pid=4242",  # engine.py, 0.4.9
+        "[2025-08-01 10:00:03] SIGQUIT received. signum=None, frame=None. It usually means one child failed.",
+    ],
+)
+def test_a_traceback_before_sglangs_teardown_is_fatal_whatever_served_before(tmp_path: Path, teardown: str) -> None:
+    text = "\n".join(
+        [
+            "[2025-08-01 10:00:00] The server is fired up and ready to roll!",
+            "[2025-08-01 10:00:01 TP0] Decode batch, #running-req: 3, #token: 812, token usage: 0.01, #queue-req: 0,",
+            *HUB_RETRY[:6],
+            teardown,
+        ]
+    )
+    doc = explain(tmp_path, text + "\n")
+    assert [d["root_cause"]["line"][:38] for d in doc["diagnoses"]] == ["requests.exceptions.ConnectionError: H"]
+    assert doc["warnings"] == []

@@ -118,6 +118,7 @@ def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
         "<table>",
         f"<tr><th>signature</th><td>{esc(d.signature or 'unknown')}</td></tr>",
         f"<tr><th>category</th><td>{esc(d.category)}</td></tr>",
+        f"<tr><th>kind</th><td>{esc(d.kind or 'unknown')}</td></tr>",
         f"<tr><th>severity</th><td class='crit'>{esc(d.severity)}</td></tr>",
         f"<tr><th>restarts (NRestarts)</th><td>{esc(d.restarts if d.restarts is not None else '?')}</td></tr>",
         f"<tr><th>crashes / confidence</th><td>{esc(d.crashes)} / {esc(f'{d.confidence:.2f}')}</td></tr>",

@@ -70,6 +70,7 @@ class JournalRecorder:
             fields.update(
                 CRASHDOC_SIGNATURE=d.signature or "unknown",
                 CRASHDOC_CATEGORY=d.category,
+                CRASHDOC_KIND=d.kind or "bug",
                 CRASHDOC_SEVERITY=d.severity,
                 CRASHDOC_ROOT_CAUSE=d.root_cause.line[:2000],
                 CRASHDOC_FIX=d.fix.summary,
