@@ -372,3 +372,15 @@ def test_a_traceback_before_sglangs_teardown_is_fatal_whatever_served_before(tmp
     doc = explain(tmp_path, text + "\n")
     assert [d["root_cause"]["line"][:38] for d in doc["diagnoses"]] == ["requests.exceptions.ConnectionError: H"]
     assert doc["warnings"] == []
+
+
+def test_diagnose_file_reads_a_pasted_log_like_explain(tmp_path: Path) -> None:
+    path = tmp_path / "ticket.log"
+    path.write_text(SHAPES["quoted with > in a ticket"](GRAPH_REPLAY_IMA), encoding="utf-8")
+    out, err = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+        status = main(["diagnose", "--json", "--file", str(path)])
+    assert status == 0
+    assert err.getvalue() == f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)\n"
+    [d] = json.loads(out.getvalue())["diagnoses"]
+    assert (d["root_cause"]["line"], d["subsystem"]) == (IMA_LINE, "cuda-graph")

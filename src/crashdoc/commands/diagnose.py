@@ -1,4 +1,8 @@
-"""`crashdoc diagnose`: one shot over the host journal or copied journal files."""
+"""`crashdoc diagnose`: one shot over the host journal or copied journal files.
+
+`--file` given only text logs (a log saved from a ticket) reads them as `crashdoc explain` does, with
+a note on stderr; a text log among journal files is still an error that names it.
+"""
 
 from __future__ import annotations
 
@@ -11,6 +15,7 @@ from datetime import datetime
 from crashdoc.commands.pipeline import build_engine, feed, load_library_or_fail, unit_builder
 from crashdoc.errors import UserError
 from crashdoc.matching.derived import load_shipped
+from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 
 DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
@@ -51,6 +56,9 @@ def main(args: argparse.Namespace) -> int:
     rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
     units = UnitFilter(rules)
     library = load_library_or_fail(args.signatures)
+    texts = text_logs(args.file) if args.file and not args.directory else None
+    if texts is not None:  # a pasted log saved to a file: read it as `explain` does
+        return _diagnose_text_logs(args, texts, library)
     problems = [p for p in map(journal_file_problem, args.file or ()) if p]
     if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
         raise UserError("\ncrashdoc: ".join(problems))
@@ -115,6 +123,40 @@ def main(args: argparse.Namespace) -> int:
         print(diagnoses_json(diagnoses, warnings=warnings))
     else:
         sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
+    return 0
+
+
+def text_logs(paths: list[str]) -> list[tuple[str, str]] | None:
+    """(path, text) of each file when every one is a text log (no journal file); None otherwise."""
+    from crashdoc.sources.textlog import not_text
+
+    out = []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                data = handle.read()
+        except OSError:
+            return None
+        if data.startswith(JOURNAL_MAGIC) or not_text(data, path) is not None:
+            return None
+        out.append((path, data.decode("utf-8", "replace")))
+    return out
+
+
+def _diagnose_text_logs(args: argparse.Namespace, texts: list[tuple[str, str]], library: Library) -> int:
+    from crashdoc.commands.pipeline import explain_texts
+    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
+
+    for path, _ in texts:
+        print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
+    several = len(texts) > 1
+    for name, diagnoses, warnings in explain_texts(texts, library):
+        if args.json:
+            print(diagnoses_json(diagnoses, warnings=warnings, **({"file": name} if several else {})))
+        else:
+            if several:
+                print(f"== {name}")
+            sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
     return 0
 
 
