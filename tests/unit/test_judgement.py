@@ -384,3 +384,20 @@ def test_diagnose_file_reads_a_pasted_log_like_explain(tmp_path: Path) -> None:
     assert err.getvalue() == f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)\n"
     [d] = json.loads(out.getvalue())["diagnoses"]
     assert (d["root_cause"]["line"], d["subsystem"]) == (IMA_LINE, "cuda-graph")
+
+
+def test_a_flood_of_handled_tracebacks_is_counted_and_stays_bounded() -> None:
+    host = _shipped_host()
+    host.start()
+    for i in range(2000):
+        host.line(
+            "[2026-01-02 03:04:21 TP0] load-publisher: publish failed; routers fall back to their in-flight load signal"
+        )
+        host.line("Traceback (most recent call last):")
+        host.line('  File "/usr/local/lib/python3.12/dist-packages/zmq/sugar/socket.py", line 700, in send_multipart')
+        host.line(f"zmq.error.Again: Resource temporarily unavailable (message {i})")
+    host.line("[2026-01-02 03:04:22] The server is fired up and ready to roll!")
+    [run] = host.rec.invocations.values()
+    assert sum(host.rec.warnings_by_kind.values()) == 2000 == run.handled_total
+    assert len(run.handled) == 16 and run.tracebacks == []
+    assert host.engine.diagnoses() == []

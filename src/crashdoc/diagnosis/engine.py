@@ -17,7 +17,7 @@ from typing import Any
 from crashdoc.assembly.markers import find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis import snapshot
-from crashdoc.diagnosis.category import failure_kind
+from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
 from crashdoc.diagnosis.configchange import FileChange, correlate
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Transition
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
@@ -505,12 +505,17 @@ class Engine:
 
     def _count_handled(self, rec: UnitRecord, inv: Run, handled: list[Handled]) -> None:
         """Tracebacks the run survived: counted by kind of failure, never a crash."""
-        matcher = self.matcher
-        facts = self._facts(rec, inv)
         for entry in handled:
-            finding = traceback_finding(entry.traceback, matcher, facts)
-            sig = matcher.library.get(finding.signature_id) if finding.signature_id else None
-            rec.warnings_by_kind[failure_kind(finding, sig)] += 1
+            if not entry.kind:
+                if entry.kept:  # matched once per distinct error: a flood of the same warning costs a lookup
+                    matcher = self.matcher
+                    finding = traceback_finding(entry.traceback, matcher, self._facts(rec, inv))
+                    sig = matcher.library.get(finding.signature_id) if finding.signature_id else None
+                    entry.kind = failure_kind(finding, sig)
+                else:  # past the bound of distinct errors kept: the cheap guess, no matching
+                    exc = entry.traceback.final
+                    entry.kind = guess_kind(exc.type, exc.message, guess_category(exc))
+            rec.warnings_by_kind[entry.kind] += 1
 
     def _rejudge(self, rec: UnitRecord, inv: Run) -> None:
         """A traceback that completed after its run was judged: journald reads a unit's output lazily,

@@ -44,7 +44,9 @@ class Handled:
     traceback: Traceback
     reason: str  # in words, for the output
     how: str  # logged (SGLang said it carries on) | ready | serving (the run went on after it)
-    count: int = 1  # the same handled traceback again (by fingerprint of its final exception line)
+    count: int = 1  # the same handled traceback again (by type and final exception line)
+    kind: str = ""  # its kind of failure, once the engine has matched it
+    kept: bool = True  # False past MAX_HANDLED distinct errors: counted, not kept
 
 
 @dataclass(slots=True)
@@ -129,8 +131,9 @@ class Run:
 
     def add_traceback(self, tb: Traceback) -> list[Handled]:
         """Keep a traceback; returns it as handled when its own log record says SGLang carried on."""
-        if not _fatal_by_nature(tb) and tb.logged_with and handled_wording(tb.logged_with):
-            return [self._handle(tb, f"logged as: {_record_text(tb.logged_with)}", "logged")]
+        record = tb.logged_with or tb.header  # the record it was printed under, or the text before it on its line
+        if not _fatal_by_nature(tb) and record and handled_wording(record):
+            return [self._handle(tb, f"logged as: {_record_text(record)}", "logged")]
         if len(self.tracebacks) < MAX_TRACEBACKS:
             self.tracebacks.append(tb)
             if not _fatal_by_nature(tb) and tb.seq:
@@ -146,8 +149,8 @@ class Run:
             if (seen.traceback.final.type, seen.traceback.final.line) == key:
                 seen.count += 1
                 return seen
-        entry = Handled(tb, reason, how)
-        if len(self.handled) < MAX_HANDLED:
+        entry = Handled(tb, reason, how, kept=len(self.handled) < MAX_HANDLED)
+        if entry.kept:
             self.handled.append(entry)
         return entry
 
