@@ -401,3 +401,31 @@ def test_a_flood_of_handled_tracebacks_is_counted_and_stays_bounded() -> None:
     assert sum(host.rec.warnings_by_kind.values()) == 2000 == run.handled_total
     assert len(run.handled) == 16 and run.tracebacks == []
     assert host.engine.diagnoses() == []
+
+
+def test_diagnose_on_a_unit_systemd_says_is_running_keeps_its_open_traceback_a_warning() -> None:
+    """`crashdoc diagnose` on the host: an unwrapped traceback after ready in a process that logs no batches
+    is judged by systemd: the run is still active, so it did not end it."""
+    from crashdoc.events import UnitState
+
+    host = _shipped_host()
+    host.start()
+    for text in [*HEALTHY_ZMQ.splitlines()[-3:], *HUB_RETRY[:6]]:
+        host.line(text, pid=7)  # the HTTP server's process: ready, then a traceback, no batch lines after it
+    running = UnitState(host.unit, active_state="active", sub_state="running", invocation=f"inv{host.runs}")
+    host.engine.on_unit_state(running)
+    host.engine.finish()
+    assert host.engine.diagnoses() == []
+    [w] = host.engine.warnings()
+    assert w.handled == "systemd says the run is still active"
+    assert w.root_cause.line.startswith("requests.exceptions.ConnectionError")
+
+
+def test_without_systemds_word_the_same_open_traceback_is_a_failure() -> None:
+    host = _shipped_host()
+    host.start()
+    for text in [*HEALTHY_ZMQ.splitlines()[-3:], *HUB_RETRY[:6]]:
+        host.line(text, pid=7)
+    host.engine.finish()
+    [d] = host.engine.diagnoses()
+    assert d.root_cause.line.startswith("requests.exceptions.ConnectionError")

@@ -281,6 +281,19 @@ class Engine:
             if rec is not None:
                 self._add_traceback(rec, tb)
         for rec in self._units.values():
+            current = rec.current
+            state = rec.state
+            if (
+                current is not None
+                and not current.ended
+                and state is not None
+                and state.active_state in ("active", "reloading")
+                and state.invocation == current.id
+            ):
+                # systemd says this run is still going: a traceback whose fate was open did not end it
+                handled = current.survive_all("systemd says the run is still active")
+                if handled:
+                    self._count_handled(rec, current, handled)
             if rec.current is not None and not rec.current.ended and rec.current.crashed:
                 rec.current.ended_by_input = True
                 rec.current.ended_at = rec.current.last_line_at

@@ -173,6 +173,15 @@ class Run:
             done.append(self._handle(tb, reason, how))
         return done
 
+    def survive_all(self, reason: str) -> list[Handled]:
+        """The open tracebacks of a run that systemd says is still running: it survived them."""
+        done = []
+        for tb in [t for t in self.tracebacks if t.seq in self.open_tracebacks]:
+            self.tracebacks.remove(tb)
+            done.append(self._handle(tb, reason, "running"))
+        self.open_tracebacks.clear()
+        return done
+
     def add_line_hit(self, hit: LineHit) -> None:
         if len(self.line_hits) < MAX_LINE_MATCHES:
             self.line_hits.append(hit)
