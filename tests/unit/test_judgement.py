@@ -115,6 +115,7 @@ SHAPES = {
     "indentation stripped by a chat": _unindented,
     "cut mid-traceback and unindented": lambda text: _unindented(_mid_traceback(text)),
     "in a code fence, quoted": lambda text: _quoted(_fenced(text)),
+    "double-spaced (sgl-project/sglang#10350)": lambda text: "\n\n".join(text.splitlines()) + "\n",
 }
 
 
@@ -287,8 +288,11 @@ def test_a_watchdog_timeout_without_the_dump_keeps_the_watchdog_line(tmp_path: P
     assert d["root_cause"]["line"] == WATCHDOG_LINE
 
 
-def test_a_native_crash_names_the_crashing_thread_and_what_to_collect(tmp_path: Path) -> None:
-    [d] = explain(tmp_path, SEGFAULT)["diagnoses"]
+@pytest.mark.parametrize(
+    "shape", ["as logged", "double-spaced (sgl-project/sglang#10350)", "quoted with > in a ticket"]
+)
+def test_a_native_crash_names_the_crashing_thread_and_what_to_collect(tmp_path: Path, shape: str) -> None:
+    [d] = explain(tmp_path, SHAPES[shape](SEGFAULT))["diagnoses"]
     assert d["root_cause"] == {
         "type": "Fatal Python error",
         "message": "Segmentation fault\n(1 other thread stack(s) in the dump)",
