@@ -433,3 +433,25 @@ def test_without_systemds_word_the_same_open_traceback_is_a_failure() -> None:
     host.engine.finish()
     [d] = host.engine.diagnoses()
     assert d.root_cause.line.startswith("requests.exceptions.ConnectionError")
+
+
+def test_words_of_an_unrelated_record_do_not_excuse_an_uncaught_traceback(tmp_path: Path) -> None:
+    """An info record that says "disabled" (server_args.py), then Python's own traceback of an uncaught error
+    and the launcher's teardown: the words were not about this traceback, it was fatal."""
+    text = "\n".join(
+        [
+            "[2026-01-02 03:04:05] Radix cache is disabled for decode server",
+            *HUB_RETRY[:6],
+            "[2026-01-02 03:04:06] Received sigquit from a child process. It usually means the child failed.",
+        ]
+    )
+    doc = explain(tmp_path, text + "\n")
+    assert [d["root_cause"]["line"][:38] for d in doc["diagnoses"]] == ["requests.exceptions.ConnectionError: H"]
+    assert doc["warnings"] == []
+
+
+def test_a_paste_that_ends_with_a_handled_record_is_a_warning(tmp_path: Path) -> None:
+    head = HEALTHY_ZMQ.splitlines()[:14]  # up to the ZMQError line: nothing after it
+    doc = explain(tmp_path, "\n".join(head) + "\n")
+    assert doc["diagnoses"] == []
+    assert [w["root_cause"]["line"] for w in doc["warnings"]] == [ZMQ_LINE]

@@ -150,6 +150,10 @@ class Engine:
                 self._count_handled(rec, inv, handled)
             if marker.kind == "serving":
                 return  # a batch line is no failure
+        if inv.worded and line.text.strip():
+            handled = inv.later_line(line.pid, seq)
+            if handled:
+                self._count_handled(rec, inv, handled)
         matcher = self.matcher
         if matcher.has_line_signatures:
             match = matcher.match_line(line.text)
@@ -294,6 +298,8 @@ class Engine:
                 handled = current.survive_all("systemd says the run is still active")
                 if handled:
                     self._count_handled(rec, current, handled)
+            if current is not None and not current.ended and current.worded:
+                self._count_handled(rec, current, current.settle_worded())
             if rec.current is not None and not rec.current.ended and rec.current.crashed:
                 rec.current.ended_by_input = True
                 rec.current.ended_at = rec.current.last_line_at

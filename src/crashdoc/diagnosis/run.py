@@ -81,6 +81,7 @@ class Run:
     handled: list[Handled] = field(default_factory=list)  # tracebacks it survived (bounded, grouped)
     handled_total: int = 0
     open_tracebacks: list[int] = field(default_factory=list)  # seqs of tracebacks whose fate is not yet known
+    worded: dict[int, str] = field(default_factory=dict)  # open tracebacks whose record says SGLang went on
     tore_down: bool = False  # SGLang's teardown was logged (SIGQUIT from a child, the launcher's kill, ...)
 
     @property
@@ -130,17 +131,43 @@ class Run:
         self.last_line_at = line.timestamp or self.last_line_at
 
     def add_traceback(self, tb: Traceback) -> list[Handled]:
-        """Keep a traceback; returns it as handled when its own log record says SGLang carried on."""
+        """Keep a traceback. One whose own log record says SGLang carried on stays open until the process
+        logs anything else (handled) or the run goes down first (fatal: the words belonged to another
+        record); without line numbers (a signature example) or past the bound, the words decide alone."""
         record = tb.logged_with or tb.header  # the record it was printed under, or the text before it on its line
-        if not _fatal_by_nature(tb) and record and handled_wording(record):
-            return [self._handle(tb, f"logged as: {_record_text(record)}", "logged")]
+        worded = not _fatal_by_nature(tb) and bool(record) and handled_wording(record)
+        reason = f"logged as: {_record_text(record)}" if worded else ""
+        if worded and (not tb.seq or len(self.tracebacks) >= MAX_TRACEBACKS):
+            return [self._handle(tb, reason, "logged")]
         if len(self.tracebacks) < MAX_TRACEBACKS:
             self.tracebacks.append(tb)
             if not _fatal_by_nature(tb) and tb.seq:
                 self.open_tracebacks.append(tb.seq)
+                if worded:
+                    self.worded[tb.seq] = reason
         else:
             self.tracebacks_dropped += 1
         return []
+
+    def later_line(self, pid: int, seq: int) -> list[Handled]:
+        """The process logged again after a traceback it said it handled: it did carry on."""
+        chosen = [
+            tb
+            for tb in self.tracebacks
+            if tb.seq in self.worded and tb.seq < seq and (tb.pid == pid or 0 in (tb.pid, pid))
+        ]
+        return [self._settle_open(tb, "", "logged") for tb in chosen]
+
+    def settle_worded(self) -> list[Handled]:
+        """The input ended (a paste): what SGLang said it handled, and nothing contradicted, was handled."""
+        chosen = [tb for tb in self.tracebacks if tb.seq in self.worded]
+        return [self._settle_open(tb, "", "logged") for tb in chosen]
+
+    def _settle_open(self, tb: Traceback, reason: str, how: str) -> Handled:
+        self.open_tracebacks.remove(tb.seq)
+        self.tracebacks.remove(tb)
+        worded = self.worded.pop(tb.seq, "")
+        return self._handle(tb, worded or reason, "logged" if worded else how)
 
     def _handle(self, tb: Traceback, reason: str, how: str) -> Handled:
         self.handled_total += 1
@@ -166,21 +193,12 @@ class Run:
                 chosen.append(tb)
         if how == "logged":
             chosen = chosen[-1:]
-        done: list[Handled] = []
-        for tb in chosen:
-            self.open_tracebacks.remove(tb.seq)
-            self.tracebacks.remove(tb)
-            done.append(self._handle(tb, reason, how))
-        return done
+        return [self._settle_open(tb, reason, how) for tb in chosen]
 
     def survive_all(self, reason: str) -> list[Handled]:
         """The open tracebacks of a run that systemd says is still running: it survived them."""
-        done = []
-        for tb in [t for t in self.tracebacks if t.seq in self.open_tracebacks]:
-            self.tracebacks.remove(tb)
-            done.append(self._handle(tb, reason, "running"))
-        self.open_tracebacks.clear()
-        return done
+        chosen = [tb for tb in self.tracebacks if tb.seq in self.open_tracebacks]
+        return [self._settle_open(tb, reason, "running") for tb in chosen]
 
     def add_line_hit(self, hit: LineHit) -> None:
         if len(self.line_hits) < MAX_LINE_MATCHES:
@@ -206,6 +224,7 @@ class Run:
         elif kind in TEARDOWN_KINDS or kind == "server-args":
             self.tore_down = self.tore_down or kind in TEARDOWN_KINDS
             self.open_tracebacks.clear()  # going down, or a new start in the same text: what came before was fatal
+            self.worded.clear()
         if len(self.markers) < 64:
             self.markers.append(marker)
         return done
