@@ -222,12 +222,14 @@ def guess_kind(exc_type: str, message: str, category: str) -> str:
 
 def signature_kind(sig: Signature) -> str:
     """A signature's kind: its own `kind:` when it has one, else a rule: SGLang's argument checks
-    (signatures/sglang/validation/) and flag conflicts are configuration, an exit by the OOM killer is
-    a resource, and the others are read like an unknown error from their exception types, pattern
-    and category."""
+    (signatures/sglang/validation/, derived signatures) and flag conflicts are configuration, an exit
+    by the OOM killer is a resource, and the others are read like an unknown error from their
+    exception types, pattern and category."""
     if sig.failure_kind:
         return sig.failure_kind
     if "/validation/" in sig.origin.replace("\\", "/") or sig.category == "flag-conflict":
+        return "config"
+    if sig.origin == "derived":  # derived from SGLang's checks whose message names a flag or SGLANG_ variable
         return "config"
     if sig.exit:
         return "resource" if "oom-kill" in sig.exit.get("result", ()) or sig.category == "memory" else "bug"
