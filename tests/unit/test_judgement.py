@@ -222,6 +222,19 @@ def _shipped_host() -> Host:
     return host
 
 
+def test_the_unit_page_lists_the_errors_the_server_survived() -> None:
+    from crashdoc.outputs.html import unit_page
+
+    host = _shipped_host()
+    host.start()
+    for text in HEALTHY_ZMQ.splitlines():
+        host.line(text)
+    page = unit_page(host.rec, None, host.engine.warnings([host.unit])).decode()
+    assert "No crash loop diagnosed." in page
+    assert "Errors the server survived (warnings, no crash)" in page
+    assert "zmq.error.ZMQError: Address already in use (addr=&#x27;tcp://10.0.0.5:5757&#x27;)" in page
+
+
 def test_the_daemon_counts_a_handled_traceback_as_a_warning_and_no_crash() -> None:
     host = _shipped_host()
     host.start()

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import html
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
 from crashdoc.diagnosis.engine import UnitRecord
@@ -165,8 +165,9 @@ def _signature_header(sig: Signature) -> str:
     )
 
 
-def unit_page(rec: UnitRecord, sig: Signature | None) -> bytes:
-    """`/units/<unit>`: the unit's state, its (last) diagnosis with the fix, and the runbook it points to.
+def unit_page(rec: UnitRecord, sig: Signature | None, warnings: Sequence[Diagnosis] = ()) -> bytes:
+    """`/units/<unit>`: the unit's state, its (last) diagnosis with the fix, and the runbook it points to;
+    then the errors its runs survived (warnings: no crash).
 
     `sig` is the signature of the diagnosis, None for an unknown error."""
     d = rec.diagnosis or rec.last_diagnosis
@@ -186,6 +187,15 @@ def unit_page(rec: UnitRecord, sig: Signature | None) -> bytes:
             body.append(f"<h2>Runbook: {esc(sig.title)}</h2>")
             body.append(_signature_header(sig))
             body.append(markdown(sig.runbook))
+    if warnings:
+        body.append("<h2>Errors the server survived (warnings, no crash)</h2><ul>")
+        for w in warnings:
+            times = f" ({w.crashes} times)" if w.crashes > 1 else ""
+            body.append(
+                f"<li><code>{esc(w.root_cause.line)}</code>{esc(times)}: {esc(w.handled)}"
+                f" <span class='meta'>{esc(w.subsystem or w.category)} &middot; {esc(w.kind)}</span></li>"
+            )
+        body.append("</ul>")
     return page(f"{rec.name} - crashdoc", "\n".join(body))
 
 

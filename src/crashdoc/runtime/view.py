@@ -46,7 +46,7 @@ class HttpView:
                 return None
             d = rec.diagnosis or rec.last_diagnosis
             sig = self._signature(d.signature) if d is not None and d.signature else None
-            return pages.unit_page(rec, sig)
+            return pages.unit_page(rec, sig, self.engine.warnings([unit]))
 
     def runbook_page(self, signature: str) -> bytes | None:
         with self.lock:
