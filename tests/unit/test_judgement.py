@@ -165,6 +165,22 @@ def test_a_healthy_server_with_a_handled_traceback_has_no_failure_and_one_warnin
     assert f"error: {ZMQ_LINE}" in text and "handled: logged as: load-publisher disabled" in text
 
 
+def test_the_same_handled_error_in_every_rank_is_one_warning(tmp_path: Path) -> None:
+    """Eight DP ranks each fail to bind their own port of the range (load_publisher.py: base + rank)."""
+    lines = HEALTHY_ZMQ.splitlines()
+    record, traceback_lines = lines[2], lines[3:14]
+    ranks = []
+    for rank in range(8):
+        port = 5757 + rank
+        ranks.append(record.replace("TP0", f"DP{rank} TP{rank} EP{rank}").replace("5757", str(port)))
+        ranks.extend(t.replace("5757", str(port)) for t in traceback_lines)
+    doc = explain(tmp_path, "\n".join([*lines[:2], *ranks, *lines[14:]]) + "\n")
+    assert doc["diagnoses"] == []
+    [w] = doc["warnings"]
+    assert w["crashes"] == 8
+    assert "the same error in 8 processes: DP0 TP0 EP0, DP1 TP1 EP1" in " ".join(w["evidence"])
+
+
 def test_a_traceback_the_server_survived_is_a_warning_even_without_words(tmp_path: Path) -> None:
     """No record says it was handled, but the server said ready after it."""
     lines = HEALTHY_ZMQ.splitlines()
@@ -412,7 +428,8 @@ def test_a_flood_of_handled_tracebacks_is_counted_and_stays_bounded() -> None:
         )
         host.line("Traceback (most recent call last):")
         host.line('  File "/usr/local/lib/python3.12/dist-packages/zmq/sugar/socket.py", line 700, in send_multipart')
-        host.line(f"zmq.error.Again: Resource temporarily unavailable (message {i})")
+        word = "".join(chr(97 + int(d)) for d in str(i))  # distinct errors, not only distinct numbers
+        host.line(f"zmq.error.Again: Resource temporarily unavailable ({word})")
     host.line("[2026-01-02 03:04:22] The server is fired up and ready to roll!")
     [run] = host.rec.invocations.values()
     assert sum(host.rec.warnings_by_kind.values()) == 2000 == run.handled_total

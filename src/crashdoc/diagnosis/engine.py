@@ -14,6 +14,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
+from crashdoc.assembly.fingerprint import fingerprint_traceback
 from crashdoc.assembly.markers import find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis import snapshot
@@ -435,25 +436,29 @@ class Engine:
         for rec in self._units.values():
             if wanted is not None and rec.name not in wanted:
                 continue
-            groups: dict[tuple[str, str], tuple[Handled, Run, int]] = {}
+            groups: dict[str, tuple[Handled, Run, int, list[str]]] = {}
             for inv in rec.invocations.values():
                 cause_of_crash = inv.crashed and not inv.tracebacks
                 for h in inv.handled:
                     if cause_of_crash and h.how == "logged":
                         continue
-                    key = (h.traceback.final.type, h.traceback.final.line)
-                    count = groups[key][2] + h.count if key in groups else h.count
-                    groups[key] = (groups[key][0] if key in groups else h, inv, count)
-            for h, inv, count in groups.values():
+                    key = h.fingerprint or fingerprint_traceback(h.traceback)
+                    first, _, count, who = groups.get(key, (h, inv, 0, []))
+                    who.extend(p for p in h.processes if p not in who)
+                    groups[key] = (first, inv, count + h.count, who)
+            for h, inv, count, who in groups.values():
                 finding = traceback_finding(h.traceback, matcher, self._facts(rec, inv))
-                finding.processes = [h.traceback.rank or f"pid {h.traceback.pid}"]
+                finding.processes = who[:16]
                 finding.evidence.append(f"handled: {h.reason}")
+                if len(who) > 1:
+                    finding.evidence.append(f"the same error in {len(who)} processes: {', '.join(who[:16])}")
                 if h.traceback.logged_with and h.how != "logged":
                     finding.evidence.append(f"logged as: {h.traceback.logged_with[:200]}")
                 frames = h.traceback.final.frames
                 if frames:
                     finding.evidence.append(f"raised at {frames[-1].file}:{frames[-1].line} in {frames[-1].function}")
-                d = self._build(rec, inv, finding, crashes=count, confidence=1.0)
+                d = self._build(rec, inv, finding, crashes=1, confidence=1.0)
+                d.crashes = count  # times seen; not crashes of a loop
                 if d.signature is None:
                     d.fix.summary = (
                         "SGLang carried on after this error: nothing to do unless the part that failed "

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from crashdoc.assembly.fingerprint import fingerprint_traceback
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.markers import TEARDOWN_KINDS, handled_wording
 from crashdoc.assembly.traceback import FATAL_TYPE
@@ -44,9 +45,11 @@ class Handled:
     traceback: Traceback
     reason: str  # in words, for the output
     how: str  # logged (SGLang said it carries on) | ready | serving (the run went on after it)
-    count: int = 1  # the same handled traceback again (by type and final exception line)
+    count: int = 1  # the same error again (same fingerprint: another rank, port or request)
     kind: str = ""  # its kind of failure, once the engine has matched it
     kept: bool = True  # False past MAX_HANDLED distinct errors: counted, not kept
+    fingerprint: str = ""
+    processes: list[str] = field(default_factory=list)  # the ranks or PIDs that logged it (bounded)
 
 
 @dataclass(slots=True)
@@ -171,12 +174,15 @@ class Run:
 
     def _handle(self, tb: Traceback, reason: str, how: str) -> Handled:
         self.handled_total += 1
-        key = (tb.final.type, tb.final.line)
+        fingerprint = fingerprint_traceback(tb)
+        who = tb.rank or split_prefix(tb.logged_with)[1] or f"pid {tb.pid}"  # the record's rank prefix
         for seen in self.handled:
-            if (seen.traceback.final.type, seen.traceback.final.line) == key:
+            if seen.fingerprint == fingerprint:
                 seen.count += 1
+                if who not in seen.processes and len(seen.processes) < MAX_HANDLED:
+                    seen.processes.append(who)
                 return seen
-        entry = Handled(tb, reason, how, kept=len(self.handled) < MAX_HANDLED)
+        entry = Handled(tb, reason, how, kept=len(self.handled) < MAX_HANDLED, fingerprint=fingerprint, processes=[who])
         if entry.kept:
             self.handled.append(entry)
         return entry
