@@ -127,6 +127,8 @@ def test_every_paste_shape_of_a_graph_replay_fault_gets_the_same_diagnosis(tmp_p
     assert (d["category"], d["subsystem"], d["kind"]) == ("cuda-graph", "cuda-graph", "bug")
     mid = "mid-traceback" in " ".join(d["evidence"])
     assert mid == (shape == "cut mid-traceback and unindented"), d["evidence"]
+    read_as = [e for e in d["evidence"] if e.startswith("read the pasted log after: ")]
+    assert bool(read_as) == (shape not in ("as logged", "double-spaced (sgl-project/sglang#10350)")), read_as
 
 
 def test_a_paste_cut_mid_traceback_says_what_is_missing(tmp_path: Path) -> None:

@@ -82,9 +82,15 @@ def explain_text_with_warnings(
     from crashdoc.sources.textlog import parse_text
 
     engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder())
-    feed(engine, parse_text(text).events)
+    parsed = parse_text(text)
+    feed(engine, parsed.events)
     engine.finish()
-    return engine.diagnoses(), engine.warnings()
+    diagnoses, warnings = engine.diagnoses(), engine.warnings()
+    # how the paste was read (quote markers, a CI column, ...): the evidence says it, once per diagnosis
+    notes = [f"read the pasted log after: {n}" for n in parsed.notes if not n.startswith("no traceback given")]
+    for d in (*diagnoses, *warnings):
+        d.evidence.extend(notes)
+    return diagnoses, warnings
 
 
 def explain_texts(
