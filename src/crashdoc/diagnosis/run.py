@@ -44,7 +44,7 @@ class Handled:
 
     traceback: Traceback
     reason: str  # in words, for the output
-    how: str  # logged (SGLang said it carries on) | ready | serving (the run went on after it)
+    how: str  # logged (SGLang said it carries on) | ready | serving (the run went on) | running (systemd says so)
     count: int = 1  # the same error again (same fingerprint: another rank, port or request)
     kind: str = ""  # its kind of failure, once the engine has matched it
     kept: bool = True  # False past MAX_HANDLED distinct errors: counted, not kept
