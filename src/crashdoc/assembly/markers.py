@@ -27,7 +27,7 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("warmup-failed", "Initialization failed. warmup error"),
     ("terminated", "terminated with"),
     # the scheduler's periodic batch lines (scheduler_components/metrics_reporter.py; `Decode batch. ` before
-    # 0.5): the server is serving
+    # 0.5; "ready to roll" and both batch lines are in every release's wheel from 0.4.0 to 0.5.23): serving
     ("serving", "Decode batch"),
     ("serving", "Prefill batch"),
     ("serving", ' HTTP/1.1" 200'),  # uvicorn's access log: a request the HTTP server answered
