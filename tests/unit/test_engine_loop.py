@@ -18,6 +18,7 @@ from pathlib import Path
 import pytest
 
 from crashdoc.diagnosis.crashloop import LoopState
+from crashdoc.diagnosis.engine import STOP_GRACE
 from crashdoc.events import Lifecycle, LifecycleRecord, Thresholds, UnitState
 from support.engine_driver import SCRIPT, UNIT, Host
 from support.journal_files import TRACEBACK as DSV4_TRACEBACK
@@ -117,10 +118,31 @@ def test_a_stop_on_request_is_not_a_crash_and_ends_the_loop() -> None:
     h.start()
     h.pid1(Lifecycle.EXITED, exit_code="killed", exit_status="TERM")
     h.pid1(Lifecycle.DEACTIVATED)
-    h.engine.on_unit_state(UnitState(UNIT, active_state="inactive", sub_state="dead", n_restarts=0))
+    h.engine.on_unit_state(UnitState(UNIT, active_state="inactive", sub_state="dead", n_restarts=0, timestamp=h.t))
+    h.wait(STOP_GRACE)
     assert h.rec.crashes_total == 2
     assert not h.rec.crashloop and h.rec.loop.state is LoopState.STOPPED
     assert h.rec.n_restarts == 0 and h.rec.restarts_total == 2
+    assert "stopped" in h.kinds()
+
+
+def test_a_restart_after_the_fix_is_a_recovery_not_a_stop() -> None:
+    """`systemctl restart` after applying the fix: systemd may show the unit inactive (dead) for a moment
+    between the stop and the start. The loop ends when the new run is good, as a recovery."""
+    h = Host()
+    for _ in range(2):
+        h.start()
+        h.crash()
+    assert h.rec.crashloop
+    h.engine.on_unit_state(UnitState(UNIT, active_state="inactive", sub_state="dead", timestamp=h.t))
+    h.t += 0.3
+    h.start()
+    h.engine.on_unit_state(UnitState(UNIT, active_state="active", sub_state="running", timestamp=h.t))
+    h.ready()
+    h.wait(15)
+    kinds = h.kinds()
+    assert "recovered" in kinds and "stopped" not in kinds, kinds
+    assert not h.rec.crashloop
 
 
 def test_an_oom_kill_wins_over_the_launchers_scheduler_died_message() -> None:

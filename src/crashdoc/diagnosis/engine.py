@@ -31,6 +31,7 @@ MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
 SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
 QUIET_SECONDS = 1.0  # a process with an unfinished traceback that stays quiet this long is done
+STOP_GRACE = 3.0  # a unit inactive this long was stopped; started again sooner, it was restarted
 
 
 @dataclass(slots=True)
@@ -65,6 +66,7 @@ class UnitRecord:
     warnings_by_kind: Counter[str] = field(default_factory=Counter)  # handled tracebacks, by kind of failure
     pending_end: Run | None = None  # ended, waiting for PID 1's verdict
     sglang: bool = False
+    stop_seen_at: float | None = None  # systemd said inactive (dead) during a loop: a stop, unless a start follows
 
     @property
     def crashloop(self) -> bool:
@@ -173,6 +175,7 @@ class Engine:
             self.now = max(self.now, record.timestamp)
         kind = record.kind
         if kind is Lifecycle.STARTED:
+            rec.stop_seen_at = None  # a stop followed by a start is a restart, not a stop
             self._settle(rec)
             self._new_invocation(rec, record.invocation, record.timestamp)
             return
@@ -228,9 +231,14 @@ class Engine:
             self._settle(rec)
             if rec.loop.looping or rec.crashes_total:
                 self._transition(rec, rec.loop.on_failed(state.timestamp or self.now))
-        elif state.active_state in ("inactive",) and state.sub_state == "dead":
+        elif state.active_state == "inactive" and state.sub_state == "dead":
             self._settle(rec)
-            self._transition(rec, rec.loop.on_stopped(state.timestamp or self.now))
+            if rec.loop.looping and rec.stop_seen_at is None:
+                # a stop, or the stop half of a restart (`systemctl restart` after applying a fix): which one
+                # shows once STOP_GRACE has passed without a new start
+                rec.stop_seen_at = state.timestamp or self.now
+        elif state.active_state in ("active", "activating", "reloading"):
+            rec.stop_seen_at = None
 
     def tick(self, now: float) -> None:
         """Time passes: finish quiet tracebacks, settle ended runs, check recovery."""
@@ -239,6 +247,9 @@ class Engine:
             rec = self._units.get(tb.unit)
             if rec is not None:
                 self._add_traceback(rec, tb)
+        for rec in self._units.values():
+            if rec.stop_seen_at is not None and now - rec.stop_seen_at >= STOP_GRACE:
+                self._stopped(rec)
         for rec in self._units.values():
             if rec.pending_end is not None and now - (rec.pending_end.ended_at or now) >= SETTLE_GRACE:
                 self._settle(rec)
@@ -279,8 +290,15 @@ class Engine:
             since = max(started, inv.ready_at or 0.0)
             self._transition(rec, rec.loop.on_good_run(since + self.thresholds.recovery))
 
+    def _stopped(self, rec: UnitRecord) -> None:
+        at, rec.stop_seen_at = rec.stop_seen_at, None
+        self._transition(rec, rec.loop.on_stopped(at if at is not None else self.now))
+
     def finish(self) -> None:
         """End of a one-shot input: whatever is still open is judged on what was seen."""
+        for pending in self._units.values():
+            if pending.stop_seen_at is not None:
+                self._stopped(pending)
         for tb in self.assembler.flush():
             rec = self._units.get(tb.unit)
             if rec is not None:
