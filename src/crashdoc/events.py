@@ -175,6 +175,7 @@ class Marker:
     timestamp: float = 0.0
     invocation: str = ""
     seq: int = 0  # the number of its line, in the order the engine read them
+    rank: str = ""  # SGLang's rank prefix ("TP1"): pasted logs have no PID to tell the ranks' lines apart
 
 
 # --- matching --------------------------------------------------------------------------
@@ -217,6 +218,8 @@ class Fix:
     apply: list[str] = field(default_factory=list)  # commands a human runs to apply it
     rollback: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # safety check results
+    why: list[str] = field(default_factory=list)  # how a computed value follows from the run's own numbers
+    verified: str | None = None  # what SGLang's own argument checks said of the corrected command (None: not tried)
 
 
 @dataclass(slots=True)

@@ -34,6 +34,11 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("child-failed", "Child process unexpectedly failed"),  # engine.py's SIGCHLD handler (0.4.x)
     # utils/common.py retry(): traceback.print_exc(), then this record, then it tries again
     ("retrying", "retry() failed once"),
+    # GPU memory as each rank reports it, for OOM actions computed from the run's own numbers (remedy.actions)
+    ("weights-loaded", "Load weight end."),
+    ("pool-end", "Memory pool end."),
+    ("graph-begin", " graph begin."),
+    ("nccl-work", "last enqueued NCCL work:"),  # PyTorch's watchdog: how far each rank got
 )
 # Kinds that say the run is going down: a traceback before one of these was fatal, whatever followed it.
 TEARDOWN_KINDS = frozenset({"sigquit", "child-crashed", "kill-tree", "warmup-failed", "terminated", "child-failed"})
@@ -83,8 +88,8 @@ def find_marker(line: LogLine) -> Marker | None:
     kind = _KIND[literal]
     if kind == "terminated" and "Scheduler or DataParallelController" not in line.text:
         return None
-    _, _, body = split_prefix(line.text)
-    return Marker(line.unit, line.pid, kind, body, line.timestamp, line.invocation)
+    _, rank, body = split_prefix(line.text)
+    return Marker(line.unit, line.pid, kind, body, line.timestamp, line.invocation, rank=rank)
 
 
 _VALUE = r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|\{[^}]*\}|[^,(){}]+)"""

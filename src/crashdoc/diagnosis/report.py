@@ -32,6 +32,9 @@ _UNSET = ("", "None", "False", "false", "[]", "{}")
 
 FixSynthesizer = Callable[["UnitContext", list[FlagChange], Fix], None]
 FlagReader = Callable[[tuple[str, ...]], dict[str, str]]
+# Computes a signature's action from the run's own numbers (remedy.actions): may replace the fix's changes and
+# summary and say why, before the changes are applied to the unit's command. Pure: no I/O.
+FixRefiner = Callable[[Finding, "UnitContext", Fix], None]
 
 
 @dataclass(slots=True)
@@ -59,9 +62,15 @@ class DiagnosisBuilder:
     """Builds diagnoses; the fix synthesizer and flag reader are injected so tests and the
     one-shot commands can run without a unit on disk."""
 
-    def __init__(self, synthesize: FixSynthesizer | None = None, flags_of: FlagReader | None = None) -> None:
+    def __init__(
+        self,
+        synthesize: FixSynthesizer | None = None,
+        flags_of: FlagReader | None = None,
+        refine: FixRefiner | None = None,
+    ) -> None:
         self._synthesize = synthesize or _no_fix
         self._flags_of = flags_of or _no_flags
+        self._refine = refine
 
     def flags_of(self, cmdline: tuple[str, ...]) -> dict[str, str]:
         """The command's SGLang flags under their canonical names (`--tp 8` -> `--tp-size`)."""
@@ -83,7 +92,7 @@ class DiagnosisBuilder:
             if category == "other" and finding.category_guess != "other":
                 category = finding.category_guess  # a generic signature (illegal memory access): where it happened
             flags = list(sig.flags)
-            fix = self._fix_from_signature(sig, captures, ctx)
+            fix = self._fix_from_signature(sig, captures, ctx, finding)
         else:
             title = _unknown_title(finding)
             category = finding.category_guess
@@ -156,7 +165,9 @@ class DiagnosisBuilder:
             exit=exit_text,
         )
 
-    def _fix_from_signature(self, sig: Signature, captures: dict[str, str], ctx: UnitContext) -> Fix:
+    def _fix_from_signature(
+        self, sig: Signature, captures: dict[str, str], ctx: UnitContext, finding: Finding | None = None
+    ) -> Fix:
         flags = ctx.facts.flags
         changes: list[FlagChange] = []
         warnings: list[str] = []
@@ -172,6 +183,9 @@ class DiagnosisBuilder:
                 value = rendered
             changes.append(FlagChange(change.action, change.flag, value, change.new_flag))
         fix = Fix(summary=render_text(sig.fix_summary, captures, flags), changes=changes, warnings=warnings)
+        if self._refine is not None and finding is not None:
+            self._refine(finding, ctx, fix)
+            changes = fix.changes
         if changes:
             self._synthesize(replace(ctx, safety=sig.safety) if sig.safety else ctx, changes, fix)
         return fix
