@@ -33,14 +33,17 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
 
 def pasted_log_builder() -> DiagnosisBuilder:
     """Pasted logs carry no unit to read a command line from: fixes are described, not applied to one."""
-    return DiagnosisBuilder()
+    from crashdoc.remedy.actions import refine
+
+    return DiagnosisBuilder(refine=refine)
 
 
 def unit_builder() -> DiagnosisBuilder:
     """Fixes applied to the unit's real launch command, with the safety checks its signature names."""
+    from crashdoc.remedy.actions import refine
     from crashdoc.remedy.fixes import unit_fix_synthesizer, unit_flags
 
-    return DiagnosisBuilder(unit_fix_synthesizer(), unit_flags)
+    return DiagnosisBuilder(unit_fix_synthesizer(), unit_flags, refine)
 
 
 def build_engine(

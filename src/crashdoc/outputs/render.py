@@ -35,6 +35,8 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
             "apply": list(d.fix.apply),
             "rollback": list(d.fix.rollback),
             "warnings": list(d.fix.warnings),
+            "why": list(d.fix.why),
+            "verified": d.fix.verified,
         },
         "fingerprint": d.fingerprint,
         "evidence": list(d.evidence),
@@ -119,6 +121,10 @@ def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
         lines.append("  " + "   ".join(status))
     lines.append(f"  root cause: {d.root_cause.line}")
     lines.append(f"  fix: {d.fix.summary}")
+    for reason in d.fix.why:
+        lines.append(f"    why: {reason}")
+    if d.fix.verified:
+        lines.append(f"  verified: {d.fix.verified}")
     for warning in d.fix.warnings:
         lines.append(f"  {red}warning:{reset} {warning}")
     if d.fix.command:
