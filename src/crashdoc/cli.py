@@ -68,6 +68,11 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--file", action="append", metavar="FILE", help="read this journal file (repeatable)")
     diagnose.add_argument("--json", action="store_true", help="print JSON")
     diagnose.add_argument("--config", metavar="FILE", help="YAML configuration (units, roles, thresholds)")
+    diagnose.add_argument(
+        "--no-verify",
+        action="store_true",
+        help="do not run the unit's SGLang on the corrected command to check its arguments",
+    )
     _library_args(diagnose)
 
     explain = sub.add_parser("explain", help="diagnose pasted logs (plain, journalctl -o cat or -o short*)")

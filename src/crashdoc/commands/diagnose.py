@@ -110,6 +110,10 @@ def main(args: argparse.Namespace) -> int:
             return 1
     diagnoses = engine.diagnoses(wanted)
     warnings = engine.warnings(wanted)
+    if not getattr(args, "no_verify", False):  # the unit's own SGLang checks each corrected command
+        from crashdoc.remedy.verify import verify_diagnoses
+
+        diagnoses = verify_diagnoses(diagnoses, engine.units())
     if source.stats.errors:
         print(
             f"crashdoc: skipped {source.stats.errors} unreadable journal entries ({source.stats.last_error})",

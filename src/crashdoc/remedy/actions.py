@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from crashdoc.diagnosis.report import UnitContext
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Run
-from crashdoc.events import Fix, FlagChange, Marker, Traceback
+from crashdoc.events import Fix, FlagChange, Frame, Marker, Traceback
 from crashdoc.remedy.pins import LATEST, PINS
 
 _UNITS = {"B": 1 / 2**30, "KiB": 1 / 2**20, "MiB": 1 / 2**10, "GiB": 1.0, "TiB": 2.0**10}
@@ -650,7 +650,7 @@ def _span(releases: list[str]) -> str:
     return releases[0] if len(releases) == 1 else f"{releases[0]}-{releases[-1]}"
 
 
-def _frames(inputs: Inputs) -> list:  # type: ignore[type-arg]
+def _frames(inputs: Inputs) -> list[Frame]:
     tb = inputs.traceback
     return [f for exc in (tb.chain if tb else ()) for f in exc.frames]
 

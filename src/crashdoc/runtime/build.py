@@ -17,6 +17,7 @@ from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import JournalRecorder
 from crashdoc.outputs.metrics import Health
 from crashdoc.remedy.fixes import unit_files
+from crashdoc.remedy.verify import FixVerifier
 from crashdoc.runtime.daemon import Daemon
 from crashdoc.runtime.effects import Effects
 from crashdoc.runtime.log import log
@@ -43,9 +44,10 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     watcher = UnitWatcher(units) if config.dbus else None
     health = Health()
     lock = threading.Lock()
-    view = HttpView(engine, holder, lock, health, store, watcher, config)
+    verifier = FixVerifier(on_done=lambda unit, text: log(f"{unit}: fix {text}"))
+    view = HttpView(engine, holder, lock, health, store, watcher, config, verifier=verifier)
     recorder = JournalRecorder(runbook_url=view.runbook_url)
-    effects = Effects(recorder, health)
+    effects = Effects(recorder, health, verifier=verifier, units=engine.units)
     am = config.alertmanager
     if am.url:
         from crashdoc.outputs.alerts import AlertSender

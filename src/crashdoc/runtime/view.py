@@ -15,6 +15,7 @@ from crashdoc.matching.reload import LibraryHolder
 from crashdoc.outputs import html as pages
 from crashdoc.outputs.metrics import Health, exposition
 from crashdoc.outputs.render import diagnoses_json
+from crashdoc.remedy.verify import FixVerifier
 from crashdoc.sources.cursor import CursorStore
 from crashdoc.sources.units import UnitWatcher
 
@@ -30,6 +31,7 @@ class HttpView:
     config: Config
     registry: Any = None  # the prometheus_client registry, made when the daemon prepares
     scheme: str = "http"  # of the default links: "https" when the web configuration turns TLS on
+    verifier: FixVerifier | None = None  # fix.verified, from SGLang's argument checks run on their own thread
 
     def metrics(self) -> bytes:
         return exposition(self.registry)
@@ -37,7 +39,10 @@ class HttpView:
     def diagnoses_json(self, unit: str | None) -> str:
         with self.lock:
             units = [unit] if unit else None
-            return diagnoses_json(self.engine.diagnoses(units), warnings=self.engine.warnings(units))
+            found = self.engine.diagnoses(units)
+            if self.verifier is not None:
+                found = self.verifier.annotate(found, self.engine.units())
+            return diagnoses_json(found, warnings=self.engine.warnings(units))
 
     def unit_page(self, unit: str) -> bytes | None:
         with self.lock:

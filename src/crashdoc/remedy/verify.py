@@ -1,0 +1,393 @@
+"""Does the corrected command pass SGLang's own argument checks? Asked of SGLang itself, never guessed.
+
+The unit's own interpreter runs a small script in a throw-away child process: SGLang's `prepare_server_args`
+(argparse) on the corrected arguments, then `ServerArgs.resolve_once()` (0.5.2x: the validation and resolution
+pipeline, srt/arg_groups/pipeline.py; older releases validate in `ServerArgs.__post_init__`, which
+`from_cli_args` runs). No GPU (CUDA_VISIBLE_DEVICES=""), no network (HF_HUB_OFFLINE=1, no proxy), a timeout.
+When the model's config cannot be read offline, the model-independent checks are run on `--model-path dummy`
+(SGLang's own short-circuit) and the answer says what was not checked. crashdoc never imports SGLang: the child
+prints one JSON line, which is parsed here.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import posixpath
+import queue
+import subprocess
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any
+
+from crashdoc.diagnosis.engine import UnitRecord
+from crashdoc.events import Diagnosis, FlagChange
+from crashdoc.redact import redact
+from crashdoc.remedy.commandline import LaunchCommand, Reader, find_invocation, read_text_file
+from crashdoc.remedy.fix import apply_changes, is_environment
+
+TIMEOUT = 90.0
+MARK = "CRASHDOC-VERIFY "
+
+# Runs inside the unit's interpreter (any Python >= 3.8); prints MARK + one JSON object as its last line.
+CHILD = r"""
+import contextlib, io, json, sys
+MARK = "CRASHDOC-VERIFY "
+def say(**kw):
+    sys.stdout.write("\n" + MARK + json.dumps(kw) + "\n")
+    sys.stdout.flush()
+    sys.exit(0)
+try:
+    import sglang
+    try:
+        from importlib.metadata import version
+        ver = version("sglang")
+    except Exception:
+        ver = getattr(sglang, "__version__", "?")
+except BaseException as e:
+    say(status="not-importable", error="%s: %s" % (type(e).__name__, e))
+argv = sys.argv[1:]
+if argv and not argv[0].startswith("-"):  # `sglang serve MODEL ...`, as sglang/cli/serve.py normalizes it
+    argv = ["--model-path"] + argv
+def build(args):
+    err = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(err):
+            try:
+                from sglang.srt.server_args import prepare_server_args
+            except ImportError:
+                prepare_server_args = None
+            if prepare_server_args is not None:
+                return prepare_server_args(list(args)), None
+            import argparse
+            from sglang.srt.server_args import ServerArgs
+            parser = argparse.ArgumentParser()
+            ServerArgs.add_cli_args(parser)
+            return ServerArgs.from_cli_args(parser.parse_args(list(args))), None
+    except SystemExit:
+        lines = [l for l in err.getvalue().splitlines() if l.strip()]
+        return None, ("parse", "SystemExit", lines[-1] if lines else "argparse rejected the arguments")
+    except BaseException as e:
+        return None, ("parse", type(e).__name__, str(e))
+def resolve(record):
+    if not hasattr(record, "resolve_once"):
+        return None
+    try:
+        record.resolve_once()
+        return None
+    except BaseException as e:
+        return ("resolve", type(e).__name__, str(e))
+MODEL_WORDS = ("config.json", "huggingface", "offline", "couldn't connect", "can't load", "cannot find",
+               "not a local folder", "repo id", "repo_id", "does not appear to have", "no such file",
+               "model_type", "localentrynotfound", "hfvalidation", "trust_remote_code", "trust-remote-code")
+GPU_WORDS = ("no accelerator", "cuda", "nvidia", "gpu", "no device", "device count", "nvml",
+             "torch not compiled")
+def has(args, *names):
+    return any(a in names or a.split("=", 1)[0] in names for a in args)
+unchecked = []
+args = list(argv)
+cpu = False
+for attempt in range(3):
+    record, problem = build(args)
+    if problem is None:
+        problem = resolve(record)
+    if problem is None:
+        if unchecked:
+            say(status="partial", version=ver, unchecked=unchecked)
+        say(status="passed", version=ver)
+    stage, kind, text = problem
+    low = (kind + " " + text).lower()
+    if stage == "parse":
+        say(status="rejected", version=ver, stage=stage, error="%s: %s" % (kind, text))
+    if not cpu and "--" not in text and any(w in low for w in GPU_WORDS) and not has(args, "--device"):
+        cpu = True
+        args = args + ["--device", "cpu"]
+        unchecked.append("the checks that depend on the GPU (run with --device cpu, the GPU being hidden: %s)"
+                         % text.splitlines()[0][:160])
+        continue
+    if any(w in low for w in MODEL_WORDS) and not has(args, "dummy"):
+        i = next((k for k, a in enumerate(args) if a in ("--model-path", "--model")), None)
+        if i is not None and i + 1 < len(args):
+            args[i + 1] = "dummy"
+        else:
+            args = [a if not a.startswith(("--model-path=", "--model=")) else "--model-path=dummy" for a in args]
+        unchecked.append("the checks that need the model's config, not readable offline here (%s: %s)"
+                         % (kind, text.splitlines()[0][:160] if text else ""))
+        continue
+    break
+say(status="cpu-rejected" if cpu else "rejected", version=ver, stage=stage, error="%s: %s" % (kind, text))
+"""
+
+
+@dataclass(frozen=True, slots=True)
+class Verification:
+    status: str  # passed | partial | rejected | not-verified
+    text: str  # the line shown as `fix.verified`
+
+
+Runner = Callable[..., subprocess.CompletedProcess[str]]
+
+
+def child_environment(
+    command_env: Sequence[tuple[str, str]] = (), base: Mapping[str, str] | None = None
+) -> dict[str, str]:
+    """No GPU, no network, no crashdoc paths; the unit's own command-line assignments (PYTHONPATH) kept."""
+    base = os.environ if base is None else base
+    env = {k: base[k] for k in ("PATH", "HOME", "LANG", "LC_ALL", "TMPDIR") if k in base}
+    env.update({k: v for k, v in command_env if not v.startswith("$")})
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": "",
+            "HIP_VISIBLE_DEVICES": "",
+            "HF_HUB_OFFLINE": "1",
+            "TRANSFORMERS_OFFLINE": "1",
+            "HF_DATASETS_OFFLINE": "1",
+            "NO_PROXY": "*",
+            "no_proxy": "*",
+            "PYTHONDONTWRITEBYTECODE": "1",
+        }
+    )
+    for key in ("HTTP_PROXY", "HTTPS_PROXY", "http_proxy", "https_proxy", "ALL_PROXY", "all_proxy"):
+        env.pop(key, None)
+    return env
+
+
+def interpreter_of(inv: LaunchCommand, read: Reader = read_text_file) -> tuple[str | None, str]:
+    """The Python that runs SGLang for this command, or None and why not."""
+    if inv.container:
+        return None, f"SGLang runs inside a container ({inv.container}); its Python is not on this host"
+    words = inv.argv
+    word = words[inv.launcher]
+    if posixpath.basename(word) == "sglang":  # an entry-point script: its shebang names the interpreter
+        try:
+            first = read(word).split("\n", 1)[0]
+        except (OSError, UnicodeError, ValueError):
+            return None, f"cannot read {word} to find its interpreter"
+        if not first.startswith("#!"):
+            return None, f"{word} has no #! line"
+        parts = first[2:].split()
+        if parts and posixpath.basename(parts[0]) == "env" and len(parts) > 1:
+            return parts[1], ""
+        return (parts[0], "") if parts else (None, f"{word} has an empty #! line")
+    if "$" in word:
+        return None, f"the interpreter is a variable ({word})"
+    return word, ""
+
+
+def verify_argv(
+    interpreter: str,
+    args: Sequence[str],
+    *,
+    env: Mapping[str, str] | None = None,
+    timeout: float = TIMEOUT,
+    run: Runner = subprocess.run,
+    cwd: str = "/",
+) -> Verification:
+    """Run SGLang's argument checks on `args` with `interpreter`, in a child process."""
+    try:
+        done = run(
+            [interpreter, "-c", CHILD, *args],
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+            env=dict(env) if env is not None else child_environment(),
+            cwd=cwd,
+            stdin=subprocess.DEVNULL,
+            check=False,
+        )
+    except subprocess.TimeoutExpired:
+        return Verification(
+            "not-verified", f"not verified: SGLang's argument checks did not answer within {timeout:g} s"
+        )
+    except OSError as exc:
+        return Verification("not-verified", f"not verified: cannot run {interpreter}: {exc.strerror or exc}")
+    answer = _answer(done.stdout)
+    if answer is None:
+        tail = (done.stderr or done.stdout or "").strip().splitlines()[-1:] or ["no output"]
+        return Verification("not-verified", f"not verified: {interpreter} gave no answer ({tail[0][:200]})")
+    return describe(answer, interpreter)
+
+
+def _answer(stdout: str) -> dict[str, Any] | None:
+    for line in reversed(stdout.splitlines()):
+        if line.startswith(MARK):
+            try:
+                data = json.loads(line[len(MARK) :])
+            except ValueError:
+                return None
+            return data if isinstance(data, dict) else None
+    return None
+
+
+def describe(answer: Mapping[str, Any], interpreter: str) -> Verification:
+    status = str(answer.get("status", ""))
+    version = str(answer.get("version", "?"))
+    error = " ".join(str(answer.get("error", "")).split())[:300]
+    if status == "passed":
+        return Verification("passed", f"the corrected command passes SGLang {version}'s argument checks")
+    if status == "partial":
+        return Verification(
+            "partial",
+            f"the corrected command passes SGLang {version}'s argument checks, except (not checked): "
+            + "; ".join(" ".join(u.split())[:240] for u in answer.get("unchecked", [])),
+        )
+    if status == "not-importable":
+        return Verification("not-verified", f"not verified: SGLang is not importable by {interpreter} ({error})")
+    if status == "cpu-rejected":
+        return Verification(
+            "not-verified",
+            f"not verified: SGLang {version}'s argument checks, run with --device cpu because the GPU is hidden, "
+            f"raised {error}; this may be a limit of the CPU check rather than of the command",
+        )
+    if status == "rejected":
+        stage = "argument parsing" if answer.get("stage") == "parse" else "argument checks"
+        return Verification("rejected", f"rejected by SGLang {version}'s {stage}: {error}")
+    return Verification("not-verified", f"not verified: unexpected answer {status!r}")
+
+
+def verify_fix(
+    cmdline: Sequence[str],
+    changes: Sequence[FlagChange],
+    *,
+    read: Reader = read_text_file,
+    run: Runner = subprocess.run,
+    timeout: float = TIMEOUT,
+) -> Verification:
+    """The unit's ExecStart with the fix applied (in memory), checked by the unit's own SGLang."""
+    if not changes:
+        return Verification("not-verified", "not verified: the fix changes no flag")
+    if not cmdline:
+        return Verification("not-verified", "not verified: the unit's command line is unknown here")
+    located = find_invocation(tuple(cmdline), read)
+    inv = located.invocation
+    if inv is None:
+        return Verification("not-verified", "not verified: crashdoc did not find SGLang's command in the unit")
+    after = apply_changes(inv, [c for c in changes if not is_environment(c.flag)]).after
+    interpreter, why = interpreter_of(after, read)
+    if interpreter is None:
+        return Verification("not-verified", f"not verified: {why}")
+    if after.expansions:
+        return Verification(
+            "not-verified",
+            f"not verified: the command passes {', '.join(after.expansions)}, which only the shell expands",
+        )
+    result = verify_argv(
+        interpreter, after.sglang_args, env=child_environment(after.environment), run=run, timeout=timeout
+    )
+    return Verification(result.status, redact(result.text))
+
+
+# --- wiring helpers for `diagnose` and the daemon (the engine never waits for a child process) -------------
+
+
+def unit_cmdline(rec: UnitRecord, invocation: str = "") -> tuple[str, ...]:
+    """The ExecStart argv a diagnosis of this unit is about: its run's, else the unit's current one."""
+    run = rec.invocations.get(invocation) if invocation else None
+    if run is not None and run.cmdline:
+        return run.cmdline
+    if rec.state is not None and rec.state.exec_start:
+        return rec.state.exec_start
+    return rec.current.cmdline if rec.current is not None else ()
+
+
+def _key(cmdline: Sequence[str], changes: Sequence[FlagChange]) -> tuple[object, ...]:
+    return (tuple(cmdline), tuple((c.action, c.flag, c.value, c.new_flag) for c in changes))
+
+
+def with_verification(d: Diagnosis, verified: str | None) -> Diagnosis:
+    """A copy of the diagnosis carrying the verification line (the engine's own object is left alone)."""
+    return replace(d, fix=replace(d.fix, verified=verified))
+
+
+def verify_diagnoses(
+    diagnoses: Sequence[Diagnosis],
+    units: Mapping[str, UnitRecord],
+    *,
+    read: Reader = read_text_file,
+    run: Runner = subprocess.run,
+    timeout: float = TIMEOUT,
+) -> list[Diagnosis]:
+    """`crashdoc diagnose`: each flag fix checked once per distinct corrected command."""
+    done: dict[tuple[object, ...], str] = {}
+    out = []
+    for d in diagnoses:
+        rec = units.get(d.unit)
+        if not d.fix.changes or rec is None:
+            out.append(d)
+            continue
+        cmdline = unit_cmdline(rec, d.invocation)
+        key = _key(cmdline, d.fix.changes)
+        if key not in done:
+            done[key] = verify_fix(cmdline, d.fix.changes, read=read, run=run, timeout=timeout).text
+        out.append(with_verification(d, done[key]))
+    return out
+
+
+class FixVerifier:
+    """The daemon's verifier: one worker thread, results cached by corrected command, so that the engine's
+    thread only queues a request and reads the cache."""
+
+    def __init__(
+        self,
+        *,
+        read: Reader = read_text_file,
+        run: Runner = subprocess.run,
+        timeout: float = TIMEOUT,
+        on_done: Callable[[str, str], None] = lambda unit, text: None,
+        size: int = 256,
+    ) -> None:
+        self._read, self._run, self._timeout, self._on_done, self._size = read, run, timeout, on_done, size
+        self._results: OrderedDict[tuple[object, ...], str] = OrderedDict()
+        self._queue: queue.Queue[tuple[str, tuple[object, ...], tuple[str, ...], list[FlagChange]] | None] = (
+            queue.Queue()
+        )
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    def request(self, unit: str, cmdline: Sequence[str], changes: Sequence[FlagChange]) -> None:
+        if not changes or not cmdline:
+            return
+        key = _key(cmdline, changes)
+        with self._lock:
+            if key in self._results:
+                return
+            self._results[key] = "verification pending: SGLang's argument checks are running"
+            while len(self._results) > self._size:
+                self._results.popitem(last=False)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="crashdoc-verify", daemon=True)
+                self._thread.start()
+        self._queue.put((unit, key, tuple(cmdline), list(changes)))
+
+    def verified(self, cmdline: Sequence[str], changes: Sequence[FlagChange]) -> str | None:
+        with self._lock:
+            return self._results.get(_key(cmdline, changes))
+
+    def annotate(self, diagnoses: Sequence[Diagnosis], units: Mapping[str, UnitRecord]) -> list[Diagnosis]:
+        out = []
+        for d in diagnoses:
+            rec = units.get(d.unit)
+            text = self.verified(unit_cmdline(rec, d.invocation), d.fix.changes) if rec and d.fix.changes else None
+            out.append(with_verification(d, text) if text else d)
+        return out
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=self._timeout + 5)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            unit, key, cmdline, changes = item
+            try:
+                text = verify_fix(cmdline, changes, read=self._read, run=self._run, timeout=self._timeout).text
+            except Exception as exc:  # never let a verification take the daemon down
+                text = f"not verified: {type(exc).__name__}: {exc}"
+            with self._lock:
+                self._results[key] = text
+            self._on_done(unit, text)
