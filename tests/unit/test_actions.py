@@ -168,8 +168,8 @@ def test_missing_package_gives_the_pip_line(explain, name: str, line: str) -> No
 
 def test_version_mismatch_names_the_pinned_version(explain) -> None:
     d = explain(_log("transformers-import-name.log"))
-    assert f"transformers=={PINS[LATEST]['transformers']}" in d.fix.summary
-    assert any(f"SGLang {LATEST} pins transformers" in w for w in d.fix.why)
+    assert any(f"SGLang {LATEST} pins transformers=={PINS[LATEST]['transformers']}" in w for w in d.fix.why)
+    assert any(f"pip install 'transformers=={PINS[LATEST]['transformers']}'" in w for w in d.fix.why)
 
 
 CORPUS = corpus_dir()

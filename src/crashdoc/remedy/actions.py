@@ -168,7 +168,7 @@ def _int(value: str | None) -> int | None:
 
 @dataclass(slots=True)
 class Action:
-    summary: str
+    summary: str | None  # None: the signature's own summary stands, the action adds changes and reasons
     changes: list[FlagChange]
     why: list[str]
     warnings: list[str] = field(default_factory=list)
@@ -636,14 +636,11 @@ def version_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None
             why.append(f"{name} {installed} is what SGLang {_span(same)} pin: keep it only with that SGLang.")
         else:
             why.append(f"No SGLang 0.5.x release pins {name} {installed}.")
-    changes: list[FlagChange] = []
-    return Action(
-        summary=f"install the {name} this SGLang was built against: `pip install '{name}=={latest}'` "
-        f"(SGLang {LATEST}; `pip show sglang` says which release the unit runs), or upgrade SGLang and {name} "
-        "together",
-        changes=changes,
-        why=why,
+    why.append(
+        f"To match SGLang {LATEST}: `pip install '{name}=={latest}'` in the unit's environment (`pip show sglang` "
+        f"says which release it runs; upgrade SGLang and {name} together)."
     )
+    return Action(summary=None, changes=[], why=why)
 
 
 def _span(releases: list[str]) -> str:
@@ -730,7 +727,8 @@ def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
 
 def apply_action(fix: Fix, action: Action) -> None:
     replaced = {c.new_flag or c.flag for c in fix.changes} | {c.flag for c in action.changes}
-    fix.summary = action.summary
+    if action.summary is not None:
+        fix.summary = action.summary
     fix.changes = list(action.changes)
     fix.why = list(action.why)
     # the template's "depends on something not in the log" warnings are answered by the computed values
