@@ -6,16 +6,24 @@ with the reason when it is absent; the others use interpreters that are always t
 
 from __future__ import annotations
 
+import contextlib
+import io
+import json
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
+from crashdoc.cli import main
 from crashdoc.events import FlagChange
 from crashdoc.remedy.commandline import parse_argv
 from crashdoc.remedy.verify import FixVerifier, child_environment, interpreter_of, verify_argv, verify_fix
+from support.journal_files import EXITED, FAILED, line, needs_journal_remote, pid1, write_journal
 from support.sglang_env import sglang_python, tiny_model
+
+FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "families"
 
 SGLANG, SGLANG_WHY = sglang_python()
 needs_sglang = pytest.mark.skipif(SGLANG is None, reason=SGLANG_WHY)
@@ -118,3 +126,31 @@ def test_verification_never_imports_sglang_into_crashdoc() -> None:
     code = "import crashdoc.remedy.verify, sys; print('sglang' in sys.modules)"
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "False"
+
+
+@needs_sglang
+@needs_journal_remote
+def test_diagnose_shows_what_sglang_said_of_the_corrected_command(tmp_path: Path) -> None:
+    """A journal holding a run of SGLang (its _CMDLINE) that ran out of memory for a workspace after the KV pool:
+    `diagnose` lowers --mem-fraction-static and the unit's own SGLang checks the corrected command."""
+    model = tiny_model(tmp_path / "model")
+    argv = f"{SGLANG} -m sglang.launch_server --model-path {model} --mem-fraction-static 0.985"
+    log = (FIXTURES / "memory-lines.log").read_text() + (FIXTURES / "workspace-oom.log").read_text()
+    entries = [line(text, _CMDLINE=argv) if i == 0 else line(text) for i, text in enumerate(log.splitlines())]
+    entries += [
+        pid1(EXITED, "Main process exited", EXIT_CODE="exited", EXIT_STATUS="1"),
+        pid1(FAILED, "Failed with result 'exit-code'.", UNIT_RESULT="exit-code"),
+    ]
+    journal = write_journal(tmp_path, entries)
+    [d] = _diagnose(["--file", str(journal)])
+    assert [c["flag"] for c in d["fix"]["changes"]] == ["--mem-fraction-static"]
+    assert d["fix"]["verified"].startswith(f"the corrected command passes SGLang {SGLANG_WHY}'s argument checks")
+    [quiet] = _diagnose(["--file", str(journal), "--no-verify"])
+    assert quiet["fix"]["verified"] is None
+
+
+def _diagnose(args: list[str]) -> list[dict[str, Any]]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["diagnose", *args, "--json"]) == 0
+    return list(json.loads(out.getvalue())["diagnoses"])

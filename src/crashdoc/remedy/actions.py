@@ -55,6 +55,11 @@ def _gib(number: str, unit: str) -> float:
     return float(number) * _UNITS[unit]
 
 
+def _num(value: float) -> str:
+    """0.89 rather than 0.890: as a person writes the flag."""
+    return f"{value:.3f}".rstrip("0").rstrip(".")
+
+
 def _fmt(gib: float) -> str:
     return f"{gib * 1024:.0f} MiB" if gib < 1 else f"{gib:.2f} GiB"
 
@@ -279,7 +284,7 @@ def memory_fraction_action(inputs: Inputs, oom: Oom, phase: str, *, pool: bool =
             f"the static pool, so {mem.after_pool:.2f} GB left means about 1 - {mem.after_pool:.2f}/{base:.2f} = "
             f"{current:.3f}."
         )
-    why.append(f"{current:.3f} - {step:.4f} = {current - step:.4f}, rounded down: {new:.3f}.")
+    why.append(f"{current:.3f} - {step:.4f} = {current - step:.4f}, rounded down: {_num(new)}.")
     if mem.kv_tokens and mem.kv_size:
         freed = step * base
         lost = min(mem.kv_tokens, round(mem.kv_tokens * freed / mem.kv_size))
@@ -290,13 +295,13 @@ def memory_fraction_action(inputs: Inputs, oom: Oom, phase: str, *, pool: bool =
     warnings = []
     if mem.weights is not None and base and new * base <= mem.weights:
         warnings.append(
-            f"At {new:.3f} the static pool ({new * base:.2f} GB) no longer holds the weights ({mem.weights:.2f} GB): "
+            f"At {_num(new)} the static pool ({new * base:.2f} GB) no longer holds the weights ({mem.weights:.2f} GB): "
             "this model needs more GPUs (--tp-size) or a smaller checkpoint."
         )
     shown = f"{current:.3f} (estimated)" if estimated else f"{current:g}"
     return Action(
-        summary=f"lower `--mem-fraction-static` from {shown} to {new:.3f} so {phase} fits next to the KV pool",
-        changes=[FlagChange("set", "--mem-fraction-static", f"{new:.3f}")],
+        summary=f"lower `--mem-fraction-static` from {shown} to {_num(new)} so {phase} fits next to the KV pool",
+        changes=[FlagChange("set", "--mem-fraction-static", _num(new))],
         why=why,
         warnings=warnings,
     )
