@@ -11,6 +11,7 @@ import io
 import json
 import subprocess
 import sys
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,7 +20,14 @@ import pytest
 from crashdoc.cli import main
 from crashdoc.events import FlagChange
 from crashdoc.remedy.commandline import parse_argv
-from crashdoc.remedy.verify import FixVerifier, child_environment, interpreter_of, verify_argv, verify_fix
+from crashdoc.remedy.verify import (
+    FixVerifier,
+    child_environment,
+    interpreter_of,
+    unsafe_to_run,
+    verify_argv,
+    verify_fix,
+)
 from support.journal_files import EXITED, FAILED, line, needs_journal_remote, pid1, write_journal
 from support.sglang_env import sglang_python, tiny_model
 
@@ -128,13 +136,15 @@ def test_verification_never_imports_sglang_into_crashdoc() -> None:
     assert out.stdout.strip() == "False"
 
 
-@needs_sglang
 @needs_journal_remote
-def test_diagnose_shows_what_sglang_said_of_the_corrected_command(tmp_path: Path) -> None:
-    """A journal holding a run of SGLang (its _CMDLINE) that ran out of memory for a workspace after the KV pool:
-    `diagnose` lowers --mem-fraction-static and the unit's own SGLang checks the corrected command."""
-    model = tiny_model(tmp_path / "model")
-    argv = f"{SGLANG} -m sglang.launch_server --model-path {model} --mem-fraction-static 0.985"
+def test_diagnose_never_runs_a_command_line_read_from_journal_files(tmp_path: Path) -> None:
+    """A journal file's _CMDLINE is whatever the unit's process made of its argv (or whoever wrote the file):
+    `diagnose --file` computes the fix but runs nothing from it; only systemd's ExecStart (D-Bus) is run."""
+    marker = tmp_path / "ran"
+    evil = tmp_path / "python"
+    evil.write_text(f"#!/bin/sh\ntouch {marker}\n")
+    evil.chmod(0o755)
+    argv = f"{evil} -m sglang.launch_server --model-path m --mem-fraction-static 0.9"
     log = (FIXTURES / "memory-lines.log").read_text() + (FIXTURES / "workspace-oom.log").read_text()
     entries = [line(text, _CMDLINE=argv) if i == 0 else line(text) for i, text in enumerate(log.splitlines())]
     entries += [
@@ -144,9 +154,70 @@ def test_diagnose_shows_what_sglang_said_of_the_corrected_command(tmp_path: Path
     journal = write_journal(tmp_path, entries)
     [d] = _diagnose(["--file", str(journal)])
     assert [c["flag"] for c in d["fix"]["changes"]] == ["--mem-fraction-static"]
-    assert d["fix"]["verified"].startswith(f"the corrected command passes SGLang {SGLANG_WHY}'s argument checks")
+    assert d["fix"]["verified"].startswith("not verified: systemd did not report the unit's ExecStart")
+    assert not marker.exists()
     [quiet] = _diagnose(["--file", str(journal), "--no-verify"])
     assert quiet["fix"]["verified"] is None
+
+
+def test_an_interpreter_others_may_change_is_not_run(tmp_path: Path) -> None:
+    shared = tmp_path / "shared" / "bin"
+    shared.mkdir(parents=True)
+    python = shared / "python"
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    shared.chmod(0o777)
+    assert "may be changed by another user" in unsafe_to_run(str(python))
+    shared.chmod(0o755)
+    assert unsafe_to_run(str(python)) == ""
+    assert "not an absolute path" in unsafe_to_run("python3")
+
+
+def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> None:
+    """The daemon's wiring: a loop's diagnosis queues a check (Effects), /diagnoses shows its answer (HttpView);
+    the child is stubbed with SGLang's answer format, the ExecStart comes from D-Bus (UnitState)."""
+    from crashdoc.commands.pipeline import build_engine, load_library_or_fail, unit_builder
+    from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, UnitState
+    from crashdoc.matching.matcher import Matcher
+    from crashdoc.outputs.metrics import Health
+    from crashdoc.runtime.effects import Effects
+    from crashdoc.runtime.view import HttpView
+
+    unit = "sglang-decode.service"
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    exec_start = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--mem-fraction-static", "0.9")
+    calls: list[list[str]] = []
+
+    def child(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        answer = 'CRASHDOC-VERIFY {"status": "passed", "version": "0.5.23"}'
+        return subprocess.CompletedProcess(argv, 0, stdout="noise\n" + answer + "\n", stderr="")
+
+    engine = build_engine(Matcher(load_library_or_fail(None)), builder=unit_builder())
+    engine.on_unit_state(UnitState(unit, active_state="activating", exec_start=exec_start))
+    log = (FIXTURES / "memory-lines.log").read_text() + (FIXTURES / "workspace-oom.log").read_text()
+    for run in ("1" * 32, "2" * 32):
+        engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.STARTED, invocation=run))
+        for text in log.splitlines():
+            engine.on_line(LogLine(unit, 4242, text, invocation=run))
+        engine.on_lifecycle(
+            LifecycleRecord(unit, Lifecycle.EXITED, invocation=run, exit_code="exited", exit_status="1")
+        )
+        engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.FAILED, invocation=run, result="exit-code"))
+        engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.RESTART_SCHEDULED, invocation=run, n_restarts=1))
+    verifier = FixVerifier(run=child)
+    recorder = type("Recorder", (), {"written": 0, "last_error": "", "seen": set(), "record": lambda s, e: True})()
+    effects = Effects(recorder, Health(), verifier=verifier, units=engine.units, quiet_when_recorded=True)
+    effects.emit(engine.events(), dict)
+    verifier.stop()
+    assert calls and calls[0][0] == str(python) and "--mem-fraction-static" in calls[0]
+    view = HttpView(engine, None, threading.Lock(), Health(), None, None, None, verifier=verifier)  # type: ignore[arg-type]
+    [d] = json.loads(view.diagnoses_json(unit))["diagnoses"]
+    assert d["fix"]["verified"] == "the corrected command passes SGLang 0.5.23's argument checks"
+    assert engine.units()[unit].diagnosis.fix.verified is None  # the engine's own record is left alone
 
 
 def _diagnose(args: list[str]) -> list[dict[str, Any]]:

@@ -350,7 +350,7 @@ def graph_capture_action(inputs: Inputs, oom: Oom) -> Action:
         if also is not None:
             why.extend(also.why)
             warnings.extend(also.warnings)
-            if also.changes:
+            if also.changes and also.summary:
                 changes.extend(also.changes)
                 summary += f", and {also.summary.split(' so ', 1)[0]}"
     return Action(summary=summary, changes=changes, why=why, warnings=warnings)

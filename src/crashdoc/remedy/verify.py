@@ -176,6 +176,27 @@ def interpreter_of(inv: LaunchCommand, read: Reader = read_text_file) -> tuple[s
     return word, ""
 
 
+def unsafe_to_run(interpreter: str, *, uid: int | None = None) -> str:
+    """Why crashdoc will not run this interpreter ("" when it may): it, its folder and the folder above (a
+    venv's root) must belong to root or to crashdoc's own user and be writable by no one else, so that running
+    the check gives no other user a way to run code as crashdoc."""
+    me = os.geteuid() if uid is None else uid
+    path = interpreter
+    if not posixpath.isabs(path):
+        return f"the interpreter {interpreter} is not an absolute path"
+    try:
+        folder = posixpath.dirname(posixpath.normpath(path))
+        real = os.path.realpath(path)
+        for p in dict.fromkeys((real, posixpath.dirname(real), folder, posixpath.dirname(folder))):
+            st = os.stat(p)
+            if st.st_uid not in (0, me) or st.st_mode & 0o022:
+                mode = f"{st.st_mode & 0o777:o}"
+                return f"{p} may be changed by another user (uid {st.st_uid}, mode {mode}); crashdoc does not run it"
+    except OSError as exc:
+        return f"cannot run {interpreter}: {exc.strerror or exc}"
+    return ""
+
+
 def verify_argv(
     interpreter: str,
     args: Sequence[str],
@@ -259,7 +280,11 @@ def verify_fix(
     if not changes:
         return Verification("not-verified", "not verified: the fix changes no flag")
     if not cmdline:
-        return Verification("not-verified", "not verified: the unit's command line is unknown here")
+        return Verification(
+            "not-verified",
+            "not verified: systemd did not report the unit's ExecStart here (no D-Bus), and crashdoc runs no "
+            "command line read from the journal",
+        )
     located = find_invocation(tuple(cmdline), read)
     inv = located.invocation
     if inv is None:
@@ -268,6 +293,9 @@ def verify_fix(
     interpreter, why = interpreter_of(after, read)
     if interpreter is None:
         return Verification("not-verified", f"not verified: {why}")
+    unsafe = unsafe_to_run(interpreter)
+    if unsafe:
+        return Verification("not-verified", f"not verified: {unsafe}")
     if after.expansions:
         return Verification(
             "not-verified",
@@ -283,13 +311,10 @@ def verify_fix(
 
 
 def unit_cmdline(rec: UnitRecord, invocation: str = "") -> tuple[str, ...]:
-    """The ExecStart argv a diagnosis of this unit is about: its run's, else the unit's current one."""
-    run = rec.invocations.get(invocation) if invocation else None
-    if run is not None and run.cmdline:
-        return run.cmdline
-    if rec.state is not None and rec.state.exec_start:
-        return rec.state.exec_start
-    return rec.current.cmdline if rec.current is not None else ()
+    """The argv crashdoc may run a check with: the unit's ExecStart as systemd reports it over D-Bus (root's
+    configuration), never a command line read from the journal (`_CMDLINE` is whatever the unit's processes
+    made of their argv, and journal files can be crafted). Empty when D-Bus did not say."""
+    return rec.state.exec_start if rec.state is not None and rec.state.exec_start else ()
 
 
 def _key(cmdline: Sequence[str], changes: Sequence[FlagChange]) -> tuple[object, ...]:
