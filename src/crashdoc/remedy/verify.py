@@ -16,6 +16,7 @@ import os
 import posixpath
 import queue
 import subprocess
+import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
@@ -204,20 +205,22 @@ def verify_argv(
     env: Mapping[str, str] | None = None,
     timeout: float = TIMEOUT,
     run: Runner = subprocess.run,
-    cwd: str = "/",
 ) -> Verification:
-    """Run SGLang's argument checks on `args` with `interpreter`, in a child process."""
+    """Run SGLang's argument checks on `args` with `interpreter`, in a child process working in a throw-away
+    folder (whatever it writes there is removed)."""
     try:
-        done = run(
-            [interpreter, "-c", CHILD, *args],
-            capture_output=True,
-            text=True,
-            timeout=timeout,
-            env=dict(env) if env is not None else child_environment(),
-            cwd=cwd,
-            stdin=subprocess.DEVNULL,
-            check=False,
-        )
+        with tempfile.TemporaryDirectory(prefix="crashdoc-verify-") as scratch:
+            done = run(
+                [interpreter, "-c", CHILD, *args],
+                capture_output=True,
+                text=True,
+                timeout=timeout,
+                env=dict(env) if env is not None else child_environment(),
+                cwd=scratch,
+                stdin=subprocess.DEVNULL,
+                start_new_session=True,
+                check=False,
+            )
     except subprocess.TimeoutExpired:
         return Verification(
             "not-verified", f"not verified: SGLang's argument checks did not answer within {timeout:g} s"
