@@ -128,6 +128,10 @@ def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
         f"<h3>Root cause</h3><pre>{esc(d.root_cause.line or d.root_cause.message)}</pre>",
         f"<h3>Fix</h3><p>{_inline(d.fix.summary)}</p>",
     ]
+    if d.fix.why:  # how a computed value follows from the run's own numbers
+        parts.append("<ul>" + "".join(f"<li>{esc(reason)}</li>" for reason in d.fix.why) + "</ul>")
+    if d.fix.verified:
+        parts.append(f"<p>verified: {esc(d.fix.verified)}</p>")
     for warning in d.fix.warnings:
         parts.append(f"<p class='crit'>warning: {esc(warning)}</p>")
     if d.fix.command:
