@@ -192,3 +192,17 @@ def test_corpus_022_says_no_flag_fits_with_the_numbers(explain) -> None:
     d = explain((CORPUS / "022-glm5-transformers-fallback-hip-oom-8ranks.log").read_text(encoding="utf-8"))
     assert not d.fix.changes
     assert "292.38 GiB" in d.fix.summary and "287.98 GiB" in d.fix.summary
+
+
+WHEELS = Path("/work/sglang-wheels")
+
+
+@pytest.mark.skipif(not any(WHEELS.glob("sglang-0.5.*.whl")), reason=f"no SGLang 0.5.x wheels in {WHEELS}")
+def test_the_pins_are_what_the_wheels_require() -> None:
+    """remedy/pins.py is generated from the wheels' METADATA; regenerate it when this fails."""
+    import runpy
+
+    script = runpy.run_path(str(Path(__file__).resolve().parents[2] / "scripts" / "sglang-pins.py"))
+    for wheel in sorted(WHEELS.glob("sglang-0.5.*.whl")):
+        release = wheel.name.split("-")[1]
+        assert PINS[release] == script["pins_of"](str(wheel)), release
