@@ -156,6 +156,20 @@ def test_illegal_memory_access_in_graph_replay_disables_graphs_to_confirm_and_sa
     assert "CUDA_LAUNCH_BLOCKING=1" in why and "sglang.check_env" in why and "graph replay" in why
 
 
+def test_gloo_timeout_before_ready_suggests_a_longer_dist_timeout_and_the_interface(explain) -> None:
+    d = explain(_log("gloo-timeout.log"))
+    assert d.signature == "gloo-collective-timeout"
+    assert _value(d, "--dist-timeout") == str(1800 * 2)  # twice the 1800000 ms it waited
+    assert "TP1" in d.fix.summary and any("GLOO_SOCKET_IFNAME" in w for w in d.fix.why)
+
+
+def test_device_side_assert_outside_graphs_changes_no_flag_and_says_how_to_find_the_kernel(explain) -> None:
+    d = explain(_log("device-assert.log"))
+    assert d.signature == "cuda-device-side-assert"
+    assert not d.fix.changes
+    assert "CUDA_LAUNCH_BLOCKING=1" in d.fix.summary and "report it upstream" in d.fix.summary
+
+
 @pytest.mark.parametrize(
     ("name", "line"),
     [
