@@ -189,6 +189,14 @@ def test_version_mismatch_names_the_pinned_version(explain) -> None:
     assert any(f"pip install 'transformers=={PINS[LATEST]['transformers']}'" in w for w in d.fix.why)
 
 
+def test_undefined_symbol_pins_the_kernel_package_and_torch_together(explain) -> None:
+    """The published message of sgl-project/sglang#5100."""
+    d = explain(_log("sgl-kernel-undefined-symbol.log"))
+    assert d.signature == "native-extension-abi-mismatch"
+    kernel, torch = PINS[LATEST]["sglang-kernel"], PINS[LATEST]["torch"]
+    assert any(f"pip install 'sglang-kernel=={kernel}' 'torch=={torch}'" in w for w in d.fix.why)
+
+
 CORPUS = corpus_dir()
 
 

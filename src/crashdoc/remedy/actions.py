@@ -598,7 +598,7 @@ def _pin(package: str) -> str | None:
 def pinned(package: str) -> list[tuple[str, str]]:
     """(SGLang release, pinned version) for every 0.5.x release that pins `package`."""
     names = {package, package.replace("-", "_"), package.replace("_", "-")}
-    if package in ("sgl-kernel", "sglang-kernel"):
+    if package.replace("_", "-") in ("sgl-kernel", "sglang-kernel"):
         names |= {"sgl-kernel", "sglang-kernel"}
     out = []
     for release, pins in PINS.items():
@@ -615,6 +615,9 @@ _INSTALLED = re.compile(
 )
 
 
+_TORCH_SYMBOL = re.compile(r"_ZN?K?(?:5torch|3c10|2at)")  # mangled C++ names in PyTorch's namespaces
+
+
 def version_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None:
     """Which package, which version SGLang pins, and which releases pin what is installed."""
     package = captures.get("pkg") or captures.get("package") or ""
@@ -629,11 +632,13 @@ def version_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None
         else:
             return None
     package = {"flashinfer": "flashinfer_python", "flashinfer-python": "flashinfer_python"}.get(package, package)
+    if package.replace("_", "-") in ("sgl-kernel", "sglang-kernel"):
+        package = "sglang-kernel"
     releases = pinned(package)
     if not releases:
         return None
     latest = dict(releases).get(LATEST) or releases[-1][1]
-    name = "sglang-kernel" if package in ("sgl-kernel", "sgl_kernel", "sglang_kernel") else package
+    name = package
     why = [f"SGLang {LATEST} pins {name}=={latest} (its wheel's Requires-Dist)."]
     if installed:
         same = [r for r, v in releases if v == installed]
@@ -641,9 +646,21 @@ def version_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None
             why.append(f"{name} {installed} is what SGLang {_span(same)} pin: keep it only with that SGLang.")
         else:
             why.append(f"No SGLang 0.5.x release pins {name} {installed}.")
+    torch = PINS.get(LATEST, {}).get("torch")
+    symbol = captures.get("symbol", "")
+    together = f" 'torch=={torch}'" if _TORCH_SYMBOL.match(symbol) and torch and name != "torch" else ""
+    if symbol.startswith("cu"):
+        why.append(
+            f"`{symbol}` is a CUDA driver/runtime function: the node's driver or CUDA libraries are older than the "
+            f"ones {name} was built for (`nvidia-smi` shows the driver's CUDA version)."
+        )
+    if together:
+        why.append(
+            f"The missing symbol is PyTorch's: {name} and torch must come from one release ({LATEST}: torch=={torch})."
+        )
     why.append(
-        f"To match SGLang {LATEST}: `pip install '{name}=={latest}'` in the unit's environment (`pip show sglang` "
-        f"says which release it runs; upgrade SGLang and {name} together)."
+        f"To match SGLang {LATEST}: `pip install '{name}=={latest}'{together}` in the unit's environment "
+        f"(`pip show sglang` says which release it runs; upgrade SGLang and {name} together)."
     )
     return Action(summary=None, changes=[], why=why)
 
@@ -674,6 +691,7 @@ _KERNEL_FAULTS = {
 }
 _MISSING = ("optional-package-missing", "python-module-missing", "hicache-storage-backend-missing")
 _VERSIONS = (
+    "native-extension-abi-mismatch",
     "transformers-import-name-missing",
     "transformers-api-incompatible",
     "transformers-unknown-model-type",
