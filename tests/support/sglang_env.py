@@ -113,3 +113,41 @@ def build_sglang_venv(venv: Path, wheels: Path = WHEELS, rounds: int = 40) -> No
 
 if __name__ == "__main__":
     build_sglang_venv(Path(sys.argv[1]) if len(sys.argv) > 1 else DEFAULT_VENV)
+
+
+FAKE_SERVER_ARGS = """
+import argparse
+
+
+class ServerArgs:
+    def __init__(self, ns):
+        self.ns = ns
+
+    def resolve_once(self):
+        ns = self.ns
+        if ns.device is None and ns.model_path != "dummy":
+            raise RuntimeError("No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available.")
+        if ns.ssl_keyfile and not ns.ssl_certfile:
+            raise ValueError("--ssl-keyfile requires --ssl-certfile to be specified as well.")
+
+
+def prepare_server_args(argv):
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    parser.add_argument("--model-path")
+    parser.add_argument("--device")
+    parser.add_argument("--ssl-keyfile")
+    parser.add_argument("--ssl-certfile")
+    parser.add_argument("--mem-fraction-static", type=float)
+    return ServerArgs(parser.parse_args(argv))
+"""
+
+
+def fake_sglang_tree(folder: Path, server_args: str = FAKE_SERVER_ARGS, version: str = "0.5.99") -> Path:
+    """A stand-in `sglang` package holding only `srt/server_args.py` (SGLang's entry points, a few of its real
+    messages): the parts of the check that do not need SGLang itself run anywhere against it."""
+    package = folder / "sglang"
+    (package / "srt").mkdir(parents=True, exist_ok=True)
+    (package / "__init__.py").write_text(f'__version__ = "{version}"\n')
+    (package / "srt" / "__init__.py").write_text("")
+    (package / "srt" / "server_args.py").write_text(server_args)
+    return folder

@@ -29,7 +29,7 @@ from crashdoc.remedy.verify import (
     verify_fix,
 )
 from support.journal_files import EXITED, FAILED, line, needs_journal_remote, pid1, write_journal
-from support.sglang_env import sglang_python, tiny_model
+from support.sglang_env import fake_sglang_tree, sglang_python, tiny_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "families"
 
@@ -54,6 +54,32 @@ def test_a_check_that_hangs_is_cut_off(tmp_path: Path) -> None:
     slow.chmod(0o755)
     result = verify_argv(str(slow), ["--model-path", "x"], timeout=0.5)
     assert result.text == "not verified: SGLang's argument checks did not answer within 0.5 s"
+
+
+def _fake(tmp_path: Path, args: list[str], server_args: str | None = None) -> str:
+    tree = fake_sglang_tree(tmp_path / "tree", *([server_args] if server_args is not None else []))
+    env = child_environment([("PYTHONPATH", str(tree))])
+    return verify_argv(sys.executable, args, env=env).text
+
+
+def test_the_check_reports_each_answer_of_sglangs_entry_points(tmp_path: Path) -> None:
+    """SGLang's entry points stood in by a tree holding only srt/server_args.py: the child's logic, anywhere."""
+    gpu = "the checks that depend on the GPU"
+    assert _fake(tmp_path, ["--model-path", "m", "--device", "cpu"]) == (
+        "the corrected command passes SGLang 0.5.99's argument checks"
+    )
+    assert gpu in _fake(tmp_path, ["--model-path", "m"])  # hidden GPU: rerun with --device cpu, said so
+    assert _fake(tmp_path, ["--model-path", "m", "--device", "cpu", "--ssl-keyfile", "/k"]) == (
+        "rejected by SGLang 0.5.99's argument checks: "
+        "ValueError: --ssl-keyfile requires --ssl-certfile to be specified as well."
+    )
+    assert "unrecognized arguments: --frobnicate" in _fake(tmp_path, ["--model-path", "m", "--frobnicate"])
+    assert _fake(tmp_path, ["m", "--device", "cpu"]).startswith("the corrected command passes")  # `sglang serve M`
+    broken = _fake(tmp_path, ["--model-path", "m"], "import not_installed_dependency\n")
+    assert broken == (
+        "not verified: SGLang 0.5.99's checks could not import what they need here "
+        "(ModuleNotFoundError: No module named 'not_installed_dependency')"
+    )
 
 
 def test_the_child_sees_no_gpu_and_no_network() -> None:

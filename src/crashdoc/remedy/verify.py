@@ -100,6 +100,8 @@ for attempt in range(3):
         say(status="passed", version=ver)
     stage, kind, text = problem
     low = (kind + " " + text).lower()
+    if kind in ("ImportError", "ModuleNotFoundError"):  # the check's environment, not the command
+        say(status="import-error", version=ver, stage=stage, error="%s: %s" % (kind, text))
     if stage == "parse":
         say(status="rejected", version=ver, stage=stage, error="%s: %s" % (kind, text))
     if not cpu and "--" not in text and any(w in low for w in GPU_WORDS) and not has(args, "--device"):
@@ -259,6 +261,10 @@ def describe(answer: Mapping[str, Any], interpreter: str) -> Verification:
         )
     if status == "not-importable":
         return Verification("not-verified", f"not verified: SGLang is not importable by {interpreter} ({error})")
+    if status == "import-error":
+        return Verification(
+            "not-verified", f"not verified: SGLang {version}'s checks could not import what they need here ({error})"
+        )
     if status == "cpu-rejected":
         return Verification(
             "not-verified",
