@@ -170,6 +170,13 @@ def test_device_side_assert_outside_graphs_changes_no_flag_and_says_how_to_find_
     assert "CUDA_LAUNCH_BLOCKING=1" in d.fix.summary and "report it upstream" in d.fix.summary
 
 
+def test_older_releases_get_their_own_switch_for_cuda_graphs(explain) -> None:
+    """Before 0.5.2x, server_args has disable_cuda_graph and no cuda_graph_backend_decode: the boolean flag."""
+    d = explain(_server_args(tp_size=4, disable_cuda_graph=False, cuda_graph_max_bs=160) + "\n" + IMA_REPLAY)
+    assert [(c.action, c.flag, c.value) for c in d.fix.changes] == [("add", "--disable-cuda-graph", None)]
+    assert "`--disable-cuda-graph`" in d.fix.summary
+
+
 @pytest.mark.parametrize(
     ("name", "line"),
     [

@@ -1,0 +1,112 @@
+"""Concrete actions for runtime failures whose message names no flag, computed from the run's own numbers.
+
+A CUDA OOM says how much was asked for and how much was free; SGLang says, per rank, how much memory was free
+before the weights, after them, after the KV pool and before graph capture; PyTorch's watchdog says how far each
+rank got; SGLang's wheels say which versions they pin. Each family's module turns these into the flag to change,
+to what value and why (`memory`, `collective`, `faults`, `environment`).
+
+`refine` is a `diagnosis.report.FixRefiner`: pure, fed with the run's markers, line hits and flags.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from crashdoc.diagnosis.report import UnitContext
+from crashdoc.diagnosis.rootcause import Finding
+from crashdoc.events import Fix
+from crashdoc.remedy.actions.collective import collective_timeout_action, gloo_timeout_action
+from crashdoc.remedy.actions.common import Action, Inputs
+from crashdoc.remedy.actions.environment import missing_package_action, version_action
+from crashdoc.remedy.actions.faults import kernel_fault_action
+from crashdoc.remedy.actions.memory import (
+    graph_capture_action,
+    memory_fraction_action,
+    memory_of,
+    parse_oom,
+    weight_load_action,
+)
+
+__all__ = ["Action", "Inputs", "apply_action", "compute", "refine"]
+
+_MEMORY_PHASES = {
+    "torch-oom-after-kv-pool": "the attention workspace",
+    "torch-oom-kv-pool-alloc": "the KV pool allocation",
+    "cuda-error-out-of-memory": "CUDA's own allocations",
+    "torch-oom-generic": "the allocation",
+}
+_GRAPH = ("torch-oom-cuda-graph-capture", "cuda-graph-capture-oom", "cuda-graph-eagle-draft-capture-failed")
+_WEIGHT_LOAD = {"torch-oom-weight-load": False, "torch-oom-transformers-fallback": True}
+_COLLECTIVE = ("nccl-collective-timeout", "nccl-watchdog-terminated", "nccl-dist-backend-abort")
+_KERNEL_FAULTS = {
+    "cuda-illegal-memory-access": "illegal memory access",
+    "cuda-device-side-assert": "device-side assert",
+}
+_MISSING = ("optional-package-missing", "python-module-missing", "hicache-storage-backend-missing")
+_VERSIONS = (
+    "native-extension-abi-mismatch",
+    "transformers-import-name-missing",
+    "transformers-api-incompatible",
+    "transformers-unknown-model-type",
+    "package-version-too-old",
+)
+
+
+def compute(inputs: Inputs, signature: str | None, captures: Mapping[str, str]) -> Action | None:
+    """The action for this failure, or None to keep the signature's own fix."""
+    if signature is None:
+        return None
+    message = inputs.finding.message
+    if signature in _GRAPH or signature in _MEMORY_PHASES or signature in _WEIGHT_LOAD:
+        oom = parse_oom(message)
+        if oom is None:
+            return None
+        if signature in _GRAPH:
+            return graph_capture_action(inputs, oom)
+        if signature in _WEIGHT_LOAD:
+            return weight_load_action(inputs, oom, _WEIGHT_LOAD[signature])
+        if signature == "torch-oom-generic" and memory_of(inputs).after_pool is None:
+            return None  # no KV pool yet: nothing says the fraction is what to move
+        return memory_fraction_action(
+            inputs, oom, _MEMORY_PHASES[signature], pool=signature == "torch-oom-kv-pool-alloc"
+        )
+    if signature == "nccl-watchdog-terminated":
+        reason = captures.get("reason", "")
+        for text, what in (
+            ("illegal memory access", "illegal memory access"),
+            ("device-side assert", "device-side assert"),
+        ):
+            if text in reason:
+                return kernel_fault_action(inputs, what)
+    if signature in _COLLECTIVE:
+        return collective_timeout_action(inputs)
+    if signature == "gloo-collective-timeout":
+        return gloo_timeout_action(inputs, captures)
+    if signature in _KERNEL_FAULTS:
+        return kernel_fault_action(inputs, _KERNEL_FAULTS[signature])
+    if signature in _MISSING:
+        return missing_package_action(inputs, captures)
+    if signature in _VERSIONS:
+        return version_action(inputs, captures)
+    return None
+
+
+def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
+    """`diagnosis.report.FixRefiner`: replace the signature's template fix with the computed one."""
+    inputs = Inputs(finding, ctx.facts.flags, ctx.invocation)
+    captures = finding.match.captures if finding.match else {}
+    action = compute(inputs, finding.signature_id, captures)
+    if action is None:
+        return
+    apply_action(fix, action)
+
+
+def apply_action(fix: Fix, action: Action) -> None:
+    replaced = {c.new_flag or c.flag for c in fix.changes} | {c.flag for c in action.changes}
+    if action.summary is not None:
+        fix.summary = action.summary
+    fix.changes = list(action.changes)
+    fix.why = list(action.why)
+    # the template's "depends on something not in the log" warnings are answered by the computed values
+    fix.warnings = [w for w in fix.warnings if not any(w.startswith(f"the value for {f} ") for f in replaced)]
+    fix.warnings.extend(action.warnings)
