@@ -251,3 +251,41 @@ def _diagnose(args: list[str]) -> list[dict[str, Any]]:
     with contextlib.redirect_stdout(out):
         assert main(["diagnose", *args, "--json"]) == 0
     return list(json.loads(out.getvalue())["diagnoses"])
+
+
+def test_diagnose_checks_each_distinct_corrected_command_once(tmp_path: Path) -> None:
+    from crashdoc.diagnosis.crashloop import LoopTracker
+    from crashdoc.diagnosis.engine import UnitRecord
+    from crashdoc.events import Diagnosis, Fix, RootCause, Thresholds, UnitState
+    from crashdoc.remedy.verify import verify_diagnoses
+
+    python = tmp_path / "venv" / "bin" / "python"
+    python.parent.mkdir(parents=True)
+    python.write_text("#!/bin/sh\n")
+    python.chmod(0o755)
+    argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m")
+    units = {
+        name: UnitRecord(name, "any", LoopTracker(name, Thresholds()), state=UnitState(name, exec_start=argv))
+        for name in ("a.service", "b.service")
+    }
+    change = [FlagChange("set", "--mem-fraction-static", "0.8")]
+
+    def diagnosis(unit: str, changes: list[FlagChange]) -> Diagnosis:
+        cause = RootCause("ValueError", "x", "ValueError: x")
+        return Diagnosis(unit, None, "t", "memory", "critical", cause, [], Fix("s", list(changes)), "f")
+
+    calls: list[list[str]] = []
+
+    def child(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
+        calls.append(argv)
+        return subprocess.CompletedProcess(argv, 0, 'CRASHDOC-VERIFY {"status": "passed", "version": "0.5.23"}\n', "")
+
+    found = [diagnosis("a.service", change), diagnosis("b.service", change), diagnosis("a.service", [])]
+    checked = verify_diagnoses(found, units, run=child)
+    assert len(calls) == 1  # the same command, the same change: one child
+    assert [d.fix.verified for d in checked] == [
+        "the corrected command passes SGLang 0.5.23's argument checks",
+        "the corrected command passes SGLang 0.5.23's argument checks",
+        None,
+    ]
+    assert [d.fix.verified for d in found] == [None, None, None]  # copies: the engine's records stay as they were

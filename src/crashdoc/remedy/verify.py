@@ -20,6 +20,7 @@ import tempfile
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -30,6 +31,7 @@ from crashdoc.remedy.commandline import LaunchCommand, Reader, find_invocation, 
 from crashdoc.remedy.fix import apply_changes, is_environment
 
 TIMEOUT = 90.0
+PARALLEL = 4  # `diagnose`: checks at once
 MARK = "CRASHDOC-VERIFY "
 
 # Runs inside the unit's interpreter (any Python >= 3.8); prints MARK + one JSON object as its last line.
@@ -343,20 +345,26 @@ def verify_diagnoses(
     run: Runner = subprocess.run,
     timeout: float = TIMEOUT,
 ) -> list[Diagnosis]:
-    """`crashdoc diagnose`: each flag fix checked once per distinct corrected command."""
-    done: dict[tuple[object, ...], str] = {}
-    out = []
+    """`crashdoc diagnose`: each flag fix checked once per distinct corrected command, a few at a time (each
+    child spends seconds importing SGLang)."""
+    todo: dict[tuple[object, ...], tuple[tuple[str, ...], list[FlagChange]]] = {}
+    keys: list[tuple[object, ...] | None] = []
     for d in diagnoses:
         rec = units.get(d.unit)
         if not d.fix.changes or rec is None:
-            out.append(d)
+            keys.append(None)
             continue
         cmdline = unit_cmdline(rec, d.invocation)
         key = _key(cmdline, d.fix.changes)
-        if key not in done:
-            done[key] = verify_fix(cmdline, d.fix.changes, read=read, run=run, timeout=timeout).text
-        out.append(with_verification(d, done[key]))
-    return out
+        todo.setdefault(key, (cmdline, list(d.fix.changes)))
+        keys.append(key)
+    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
+        futures = {
+            key: pool.submit(verify_fix, cmdline, changes, read=read, run=run, timeout=timeout)
+            for key, (cmdline, changes) in todo.items()
+        }
+        done = {key: future.result().text for key, future in futures.items()}
+    return [d if key is None else with_verification(d, done[key]) for d, key in zip(diagnoses, keys, strict=True)]
 
 
 class FixVerifier:
