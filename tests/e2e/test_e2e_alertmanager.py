@@ -155,6 +155,8 @@ def test_crash_loop_alert_arrives_is_resent_and_resolves_after_the_fix(
             "signature": SIGNATURE,
             "severity": "critical",
             "instance": "gpu-node-7",
+            "subsystem": "hicache",
+            "kind": "config",
         }
         notes = alert["annotations"]
         assert notes["runbook_url"] == f"{RUNBOOK_BASE}/runbook/{SIGNATURE}"
