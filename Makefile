@@ -9,7 +9,7 @@ BIN    := $(VENV)/bin
 RUN_DEBS  := libsystemd-dev pkg-config gcc
 TEST_DEBS := $(RUN_DEBS) systemd-journal-remote prometheus prometheus-alertmanager curl
 
-.PHONY: run test setup setup-test lint bench clean
+.PHONY: run test setup setup-test lint bench clean sglang-env
 
 run: setup
 	@if [ "$$(cat /proc/1/comm 2>/dev/null)" = systemd ]; then \
@@ -47,6 +47,13 @@ lint:
 	$(BIN)/ruff check src tests bench
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
+
+# A real SGLang 0.5.23 (torch CPU, SGLang's own argument checks) for the tests of `fix.verified`; they skip
+# with the reason without it. Minutes, from the package registries; not part of `make test`.
+sglang-env: setup-test
+	@mkdir -p .cache/sglang-wheels
+	$(BIN)/python -m pip download -q --no-deps "sglang==0.5.23" -d .cache/sglang-wheels
+	$(BIN)/python tests/support/sglang_env.py .cache/sglang-venv
 
 bench: setup-test
 	$(BIN)/python -m bench

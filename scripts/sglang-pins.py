@@ -1,7 +1,7 @@
 """Print src/crashdoc/remedy/pins.py: the versions every SGLang 0.5.x wheel pins (Requires-Dist) for torch,
 transformers, flashinfer_python and sgl-kernel/sglang-kernel.
 
-    python scripts/sglang-pins.py /work/sglang-wheels > src/crashdoc/remedy/pins.py
+    python scripts/sglang-pins.py .cache/sglang-wheels > src/crashdoc/remedy/pins.py
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ HEADER = '''"""The versions each SGLang 0.5.x release pins for the libraries its
 
 Data, not code: the `Requires-Dist` lines of every SGLang 0.5.x wheel's METADATA (the base requirements, or the
 `srt` extra where 0.5.1-0.5.2 kept them). Regenerate with
-`python scripts/sglang-pins.py /work/sglang-wheels > src/crashdoc/remedy/pins.py`.
+`python scripts/sglang-pins.py .cache/sglang-wheels > src/crashdoc/remedy/pins.py`.
 """
 
 from __future__ import annotations
@@ -66,4 +66,4 @@ def main(folder: str) -> None:
 
 
 if __name__ == "__main__":
-    main(sys.argv[1] if len(sys.argv) > 1 else "/work/sglang-wheels")
+    main(sys.argv[1] if len(sys.argv) > 1 else ".cache/sglang-wheels")

@@ -17,9 +17,10 @@ import sys
 import zipfile
 from pathlib import Path
 
-DEFAULT_VENV = Path("/work/scratch-families/sgl-venv")
+REPO = Path(__file__).resolve().parents[2]
+DEFAULT_VENV = REPO / ".cache" / "sglang-venv"  # `make sglang-env` builds it
 WHEEL_GLOB = "sglang-0.5.23-*.whl"
-WHEELS = Path("/work/sglang-wheels")
+WHEELS = REPO / ".cache" / "sglang-wheels"  # scripts/derive-releases.py downloads the wheels here
 # import name -> distribution, where they differ
 _DISTRIBUTIONS = {
     "yaml": "pyyaml",

@@ -223,7 +223,7 @@ def test_corpus_022_says_no_flag_fits_with_the_numbers(explain) -> None:
     assert "292.38 GiB" in d.fix.summary and "287.98 GiB" in d.fix.summary
 
 
-WHEELS = Path("/work/sglang-wheels")
+WHEELS = Path(__file__).resolve().parents[2] / ".cache" / "sglang-wheels"
 
 
 @pytest.mark.skipif(not any(WHEELS.glob("sglang-0.5.*.whl")), reason=f"no SGLang 0.5.x wheels in {WHEELS}")

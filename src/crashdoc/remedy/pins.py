@@ -2,7 +2,7 @@
 
 Data, not code: the `Requires-Dist` lines of every SGLang 0.5.x wheel's METADATA (the base requirements, or the
 `srt` extra where 0.5.1-0.5.2 kept them). Regenerate with
-`python scripts/sglang-pins.py /work/sglang-wheels > src/crashdoc/remedy/pins.py`.
+`python scripts/sglang-pins.py .cache/sglang-wheels > src/crashdoc/remedy/pins.py`.
 """
 
 from __future__ import annotations
