@@ -207,6 +207,9 @@ class FlagChange:
     flag: str
     value: str | None = None
     new_flag: str | None = None
+    # the value is the operator's to choose (`<head-node-host>:<port>`): shown in the corrected command,
+    # never written into a file, so no apply command is offered until it is filled in
+    placeholder: bool = False
 
 
 @dataclass(slots=True)

@@ -135,7 +135,7 @@ def lint_signature(sig: Signature) -> list[Failure]:
     if not sig.near_misses:
         problems.append(Failure(sig.id, where, "needs at least one no_match example (a near-miss)"))
     groups = set(_GROUP.findall(sig.message or sig.line or ""))
-    for template in (sig.fix_summary, *(c.value or "" for c in sig.changes)):
+    for template in (sig.fix_summary, *(c.value or "" for c in sig.changes), *(c.flag for c in sig.changes)):
         for body in _TEMPLATE.findall(template):
             source = body.split("|", 1)[0].strip()
             if not source.startswith("flag:") and source not in groups:

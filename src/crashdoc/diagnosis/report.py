@@ -22,7 +22,7 @@ from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
 from crashdoc.matching.flagnames import canonical, canonical_flags
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
-from crashdoc.matching.templates import render, render_text
+from crashdoc.matching.templates import placeholder_note, render, render_text
 
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6
@@ -172,6 +172,12 @@ class DiagnosisBuilder:
         changes: list[FlagChange] = []
         warnings: list[str] = []
         for change in sig.changes:
+            flag = change.flag
+            if "${" in flag:  # the lever the message names (`Please check the ${flag} path`)
+                flag = render(flag, captures, flags) or ""
+                if not _FLAG_NAME.fullmatch(flag):
+                    warnings.append(f"the message names no flag for {change.flag}; change it by hand")
+                    continue
             value = change.value
             if value is not None and "${" in value:
                 rendered = render(value, captures, flags)
@@ -181,7 +187,10 @@ class DiagnosisBuilder:
                         f"choose it by hand ({value})"
                     )
                 value = rendered
-            changes.append(FlagChange(change.action, change.flag, value, change.new_flag))
+            changes.append(FlagChange(change.action, flag, value, change.new_flag, change.placeholder))
+        waiting = [c for c in changes if c.placeholder]
+        if waiting:  # a value only the operator knows: said even when no command line is at hand
+            warnings.append(placeholder_note(waiting))
         fix = Fix(summary=render_text(sig.fix_summary, captures, flags), changes=changes, warnings=warnings)
         if self._refine is not None and finding is not None:
             self._refine(finding, ctx, fix)

@@ -339,7 +339,8 @@ def _build(entry: dict[str, Any], base: tuple[Any, ...], lines: dict[tuple[Any, 
         roles=tuple(entry.get("roles", ["any"])),
         flags=tuple(entry.get("flags", [])),
         changes=tuple(
-            FlagChange(c["action"], c["flag"], c.get("value"), c.get("new_flag")) for c in fix.get("changes", [])
+            FlagChange(c["action"], c["flag"], c.get("value"), c.get("new_flag"), bool(c.get("placeholder")))
+            for c in fix.get("changes", [])
         ),
         safety=fix.get("safety"),
         exception_types=tuple(match.get("exception", [])),

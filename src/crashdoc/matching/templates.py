@@ -13,7 +13,9 @@ Filters are arithmetic only (no eval): default, add, sub, mul, div, min, max, ro
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
+
+from crashdoc.events import FlagChange
 
 _TEMPLATE = re.compile(r"\$\{([^{}]*)\}")
 _FILTERS: dict[str, Callable[[float, float], float]] = {
@@ -102,3 +104,13 @@ def _format(number: float) -> str:
     if number == int(number) and abs(number) < 1e15:
         return str(int(number))
     return f"{number:.6g}"
+
+
+def placeholder_note(waiting: Sequence[FlagChange]) -> str:
+    """Why a fix whose value is a placeholder (`FlagChange.placeholder`) has no apply command: the value is
+    the operator's to choose, and a placeholder is never written into a launch script or drop-in."""
+    shown = ", ".join(f"`{c.flag} {c.value}`" for c in waiting)
+    return (
+        f"Needs your value: {shown} is a placeholder (shown in the corrected command); fill in the real "
+        "value and edit the launch command by hand: crashdoc offers no apply command until then."
+    )

@@ -28,7 +28,9 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
         "fix": {
             "summary": d.fix.summary,
             "changes": [
-                {"action": c.action, "flag": c.flag, "value": c.value, "new_flag": c.new_flag} for c in d.fix.changes
+                {"action": c.action, "flag": c.flag, "value": c.value, "new_flag": c.new_flag}
+                | ({"placeholder": True} if c.placeholder else {})  # a value the operator fills in
+                for c in d.fix.changes
             ],
             "command": d.fix.command,
             "diff": d.fix.diff,

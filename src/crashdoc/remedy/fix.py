@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 
 from crashdoc.events import Fix, FlagChange
 from crashdoc.matching.flagnames import canonical, spellings
+from crashdoc.matching.templates import placeholder_note
 from crashdoc.redact import REDACTED, Redactor, is_secret_flag, redact
 from crashdoc.remedy.commandline import (
     Flag,
@@ -603,7 +604,7 @@ class FixPlan:
             diff=redact(self.diff, r),
             apply=apply,
             rollback=[redact(a, r) for a in self.rollback],
-            warnings=[redact(w, r) for w in (*warnings, *extra)],
+            warnings=[redact(w, r) for w in dict.fromkeys((*warnings, *extra))],
         )
 
 
@@ -669,6 +670,10 @@ def plan_fix(
             f"The command is inside a `sh -c` string in {inv.path} that mixes quoting styles: crashdoc re-quoted "
             "the whole string; check that the variables in it still expand where they should."
         )
+    waiting = [c for c in changes if c.placeholder]
+    if waiting:
+        apply, rollback = [], []
+        notes.append(placeholder_note(waiting))
     return FixPlan(
         unit,
         rw,
