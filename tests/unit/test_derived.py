@@ -127,13 +127,20 @@ def test_generic_fix(message, condition, kind, flags, env, change):
     assert change.flag in summary
 
 
-def test_no_change_when_nothing_justifies_one():
-    """A required flag with no value in sight: never drop what the message asks for, name it instead."""
+def test_a_required_value_only_the_operator_knows_is_a_placeholder():
+    """A required flag with no value in sight: never drop what the message asks for, ask for its value."""
     changes, summary = derive_fix(
         "UNO requires --uno-lora-path.", "cfg.uno_lora_path is None", "raise", ["--uno-lora-path"], []
     )
-    assert changes == []
+    assert changes == [FlagChange("set", "--uno-lora-path", "<path>", placeholder=True)]
     assert "--uno-lora-path" in summary and "cfg.uno_lora_path is None" in summary
+
+
+def test_no_change_when_nothing_justifies_one():
+    """A message that names a flag without asking anything of it: name it, change nothing."""
+    changes, summary = derive_fix("Unsupported SGLANG_FOO: {}", "", "raise", [], ["SGLANG_FOO"])
+    assert changes == []
+    assert "SGLANG_FOO" in summary
 
 
 # --- deriving a tree ---------------------------------------------------------------------

@@ -13,7 +13,11 @@ names, and a generic fix read from what the message asks for and what the condit
   value the check accepts; it tests a named switch (`if cfg.enable_x and ...: raise`): remove it;
   it tests an SGLANG_ variable: unset or set it.
 
-When none of these can be read, the fix is empty and the summary names the flags to look at.
+When the check wants a value only the operator knows (`please provide --dist-init-addr as host:port
+of head node`, `requires --spatial-upsampler-path`, `check the --ssl-keyfile path`), the fix sets
+that flag to a placeholder (`<head-node-host>:<port>`, marked `FlagChange.placeholder`: shown in the
+corrected command, never applied). When none of these can be read, the fix is empty and the
+summary names the flags to look at.
 Derived signatures are never reviewed: the daemon uses them only when no curated one matches.
 """
 
@@ -205,6 +209,9 @@ def derive_fix(
     found = _from_conflict(text, named, condition)
     if found is not None:
         return found
+    found = _from_wanted_value(text, named, condition)
+    if found is not None:
+        return found
     look = ", ".join(named)
     because = f" (SGLang checks `{_short(condition)}`)" if condition else ""
     return [], f"No change can be read from the message; look at {look}{because}."
@@ -344,6 +351,44 @@ def _from_conflict(text: str, named: Sequence[str], condition: str) -> tuple[lis
         [FlagChange("remove", first)],
         f"Remove {first} (back to SGLang's default) or change its value: the message names it{because}.",
     )
+
+
+_WANTS_VALUE = re.compile(
+    r"(?:provide|specify|pass|set|setting|requires?|needs?|check|different|valid|correct|explicit)\W{0,3}"
+    r"(?:the\s|a\s|an\s)?(?P<flag>--[a-z0-9][a-z0-9-]*)",
+    re.I,
+)
+
+
+def placeholder_value(flag: str, message: str) -> str:
+    """What the operator fills in, said as a placeholder: never a guessed value (a port in use + 1 may be
+    taken too; a path is theirs)."""
+    words = set(flag[2:].split("-"))
+    if re.search(r"host:port|ip:port|address", message, re.I) or words & {"addr", "address"}:
+        host = "head-node-host" if re.search(r"head node|master|rank 0|node 0", message, re.I) else "host"
+        return f"<{host}>:<port>"
+    if "port" in words:
+        return "<free-port>"
+    if words & {"url"}:
+        return "<url>"
+    if words & {"path", "file", "dir", "keyfile", "certfile", "certs", "config"}:
+        return "<path>"
+    return "<value>"
+
+
+def _from_wanted_value(text: str, named: Sequence[str], condition: str) -> tuple[list[FlagChange], str] | None:
+    """The check wants a flag set to a value only the operator knows: set it to a placeholder."""
+    for m in _WANTS_VALUE.finditer(text):
+        flag = _in(m.group("flag"), named)
+        if flag is None or _is_switch(flag):
+            continue
+        value = placeholder_value(flag, text)
+        because = f" (SGLang checks `{_short(condition)}`)" if condition else ""
+        return (
+            [FlagChange("set", flag, value, placeholder=True)],
+            f"Set {flag} to your value (a placeholder: {value}); the check wants one only you know{because}.",
+        )
+    return None
 
 
 # --- reading the condition ---------------------------------------------------------------

@@ -135,7 +135,8 @@ def _describe(change: FlagChange) -> str:
     if change.action == "replace":
         return f"{change.flag} -> {change.new_flag}"
     value = f" {change.value}" if change.value is not None else ""
-    return f"{change.action} {change.flag}{value}"
+    mine = " (a placeholder: your value)" if change.placeholder else ""
+    return f"{change.action} {change.flag}{value}{mine}"
 
 
 def release_key(version: str) -> tuple[Any, ...]:
@@ -424,7 +425,7 @@ def from_record(record: dict[str, Any], known: Sequence[str]) -> DerivedSignatur
         flags=tuple(record.get("flags", ())),
         env=tuple(record.get("env", ())),
         condition=record.get("condition", ""),
-        fix=tuple(FlagChange(c[0], c[1], c[2], c[3]) for c in record.get("fix", ())),
+        fix=tuple(FlagChange(c[0], c[1], c[2], c[3], len(c) > 4 and bool(c[4])) for c in record.get("fix", ())),
         summary=record.get("summary", ""),
         sites=sites,
         releases=tuple(s[0] for s in sites),
@@ -442,7 +443,7 @@ def to_record(sig: DerivedSignature, known: Sequence[str]) -> dict[str, Any]:
         "flags": list(sig.flags),
         "env": list(sig.env),
         "condition": sig.condition,
-        "fix": [[c.action, c.flag, c.value, c.new_flag] for c in sig.fix],
+        "fix": [[c.action, c.flag, c.value, c.new_flag, *([True] if c.placeholder else [])] for c in sig.fix],
         "summary": sig.summary,
         "sites": [list(s) for s in sig.sites],
     }
@@ -460,7 +461,10 @@ def to_dict(sig: DerivedSignature) -> dict[str, Any]:
         "flags": list(sig.flags),
         "env": list(sig.env),
         "condition": sig.condition,
-        "fix": [{"action": c.action, "flag": c.flag, "value": c.value, "new_flag": c.new_flag} for c in sig.fix],
+        "fix": [
+            {"action": c.action, "flag": c.flag, "value": c.value, "new_flag": c.new_flag, "placeholder": c.placeholder}
+            for c in sig.fix
+        ],
         "summary": sig.summary,
         "sites": [{"release": r, "file": f, "line": n, "function": fn} for r, f, n, fn in sig.sites],
         "releases": list(sig.releases),
