@@ -10,6 +10,7 @@ reading a ServerArgs field written snake_case as its flag.
 from __future__ import annotations
 
 import json
+import subprocess
 import sys
 from pathlib import Path
 
@@ -249,3 +250,15 @@ def test_coverage_reads_a_snake_case_field_as_its_flag():
     assert snake_flags(message, registered) == {"--tp-size"}  # the canonical name of SGLang's alias
     assert snake_flags(message, frozenset()) == {"--tp-size"}  # an alias crashdoc knows
     assert snake_flags("group_size = 8 is not divisible", frozenset({"--tp-size"})) == set()  # not a flag
+
+
+def test_a_placeholder_fix_is_not_handed_to_sglangs_checks():
+    from crashdoc.remedy.verify import verify_fix
+
+    def never(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
+        raise AssertionError("SGLang must not check a placeholder")
+
+    change = FlagChange("set", "--dist-init-addr", "<head-node-host>:<port>", placeholder=True)
+    cmdline = ("/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "m", "--nnodes", "2")
+    answer = verify_fix(cmdline, [change], run=never)
+    assert answer.text == "not verified: --dist-init-addr needs your value first"

@@ -290,6 +290,9 @@ def verify_fix(
     """The unit's ExecStart with the fix applied (in memory), checked by the unit's own SGLang."""
     if not changes:
         return Verification("not-verified", "not verified: the fix changes no flag")
+    waiting = [c.flag for c in changes if c.placeholder]
+    if waiting:  # SGLang would check the placeholder, not the operator's value
+        return Verification("not-verified", f"not verified: {', '.join(waiting)} needs your value first")
     if not cmdline:
         return Verification(
             "not-verified",
