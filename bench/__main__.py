@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Results, log
 
-SECTIONS = ("throughput", "hotpath", "scale", "profile", "latency", "memory")
+SECTIONS = ("startup", "throughput", "hotpath", "scale", "profile", "latency", "memory")
 
 
 def table(results: Results) -> str:
@@ -71,8 +71,9 @@ def main(argv: list[str] | None = None) -> int:
         a.results.mkdir(parents=True, exist_ok=True)
         (a.results / "partial.txt").write_text(table(results) + "\n")
 
-    from bench import hotpath, latency, memory, profile, scale, throughput
+    from bench import hotpath, latency, memory, profile, scale, startup, throughput
 
+    section("startup", lambda: startup.run(results))
     section("throughput", lambda: throughput.run(js, results, rounds=a.rounds, before_src=a.before_src))
     if a.before_src:
         section("hotpath", lambda: hotpath.run(js, results, a.before_src))

@@ -20,13 +20,14 @@ from crashdoc.matching.matcher import Matcher
 
 def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
     """The library in `dirs` (the built-in one when None), or a UserError listing its problems."""
+    from crashdoc.matching.cache import CompiledCache, default_cache_directory
     from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
 
     folders = [Path(d) for d in dirs] if dirs else builtin_signature_dirs()
     if not folders:
         raise UserError("no signature library found (the package is incomplete); pass --signatures DIR")
-    try:
-        return load_library(folders)
+    try:  # validated once, then read back from the cache while the files stay the same
+        return load_library(folders, compiled=CompiledCache(default_cache_directory()))
     except LibraryError as exc:
         raise UserError("the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
 

@@ -9,18 +9,20 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from functools import cache
-from importlib import resources
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import jsonschema
 import re2
 
 from crashdoc.events import FlagChange
-from crashdoc.yamlfile import LocatedYaml, YamlError, parse_located
+from crashdoc.matching.cache import CompiledCache, Digest, file_stamp
+
+if TYPE_CHECKING:  # jsonschema and YAML are imported only when files are validated (not from the cache)
+    import jsonschema
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # RE2 runs in time linear in the line, times the size of the pattern's program: `(\w+\s*){1000}` (10,004)
@@ -109,16 +111,25 @@ class Library:
 
 def builtin_signature_dirs() -> list[Path]:
     """The shipped library: inside the installed package, or the repository's folder when run from source."""
-    packaged = Path(str(resources.files("crashdoc"))) / "signatures"
+    packaged = Path(__file__).resolve().parents[1] / "signatures"  # crashdoc/signatures (importlib.resources: 4 ms)
     if packaged.is_dir():
         return [packaged]
     source_tree = Path(__file__).resolve().parents[3] / "signatures"
     return [source_tree] if source_tree.is_dir() else []
 
 
+_SCHEMA_PATH = Path(__file__).with_name("signature.schema.json")
+
+
+def _schema_text() -> str:
+    return _SCHEMA_PATH.read_text()
+
+
 @cache
 def _validator() -> jsonschema.protocols.Validator:
-    schema = json.loads(resources.files("crashdoc.matching").joinpath("signature.schema.json").read_text())
+    import jsonschema
+
+    schema = json.loads(_schema_text())
     cls = jsonschema.validators.validator_for(schema)
     cls.check_schema(schema)
     return cls(schema)
@@ -131,8 +142,16 @@ def signature_files(folders: Iterable[Path]) -> list[Path]:
         if folder.is_file():
             files.append(folder)
         elif folder.is_dir():
-            files.extend(sorted(p for p in folder.rglob("*.yaml") if p.is_file()))
-            files.extend(sorted(p for p in folder.rglob("*.yml") if p.is_file()))
+            # os.walk, not Path.rglob (3 ms per start for the shipped library); same files, same order:
+            # symlinked folders are not entered, symlinked files count, each suffix sorted by path parts
+            found: dict[str, list[Path]] = {".yaml": [], ".yml": []}
+            for root, _dirs, names in os.walk(folder):
+                for name in names:
+                    suffix = name[name.rfind(".") :] if "." in name else ""
+                    if suffix in found and os.path.isfile(os.path.join(root, name)):
+                        found[suffix].append(Path(root, name))
+            files.extend(sorted(found[".yaml"], key=lambda p: p.parts))
+            files.extend(sorted(found[".yml"], key=lambda p: p.parts))
     return files
 
 
@@ -142,6 +161,21 @@ class FileCache:
 
     def __init__(self) -> None:
         self._files: dict[str, tuple[bytes, list[Signature]]] = {}
+
+    def __len__(self) -> int:
+        return len(self._files)
+
+    def seed(self, files: Iterable[Path], library: Library) -> None:
+        """Remember `library` (loaded cleanly from `files`, e.g. read from the compiled cache) per file."""
+        by_file: dict[str, list[Signature]] = {}
+        for sig in library.signatures:
+            by_file.setdefault(sig.origin.rsplit(":", 1)[0], []).append(sig)
+        for path in files:
+            try:
+                raw = path.read_bytes()
+            except OSError:
+                continue
+            self._files[str(path)] = (hashlib.blake2b(raw, digest_size=16).digest(), by_file.get(str(path), []))
 
     def load(self, path: Path) -> tuple[list[Signature], list[Problem]]:
         try:
@@ -160,8 +194,29 @@ class FileCache:
         return signatures, problems
 
 
-def load_library(folders: Sequence[Path | str], cache: FileCache | None = None) -> Library:
-    """Load every `*.yaml` under `folders`; raise LibraryError listing all problems."""
+def load_library(
+    folders: Sequence[Path | str], cache: FileCache | None = None, compiled: CompiledCache | None = None
+) -> Library:
+    """Load every `*.yaml` under `folders`; raise LibraryError listing all problems.
+
+    With `compiled`, a library that loaded cleanly once is read back from that cache while
+    no file under `folders` changed (same paths, same bytes, same crashdoc)."""
+    if compiled is not None:
+        paths = [Path(f) for f in folders]
+        files = signature_files(paths)
+        code = [Path(__file__), _SCHEMA_PATH]  # how files are validated and turned into signatures
+        name = "library-" + hashlib.blake2b("\0".join(map(str, paths)).encode(), digest_size=8).hexdigest()
+        library = compiled.load(
+            name,
+            lambda: Digest(*map(str, paths)).add_files([*code, *files]).hexdigest(),
+            lambda: load_library(paths, cache),
+            encode_library,
+            decode_library,
+            stamp=[list(map(str, paths)), file_stamp([*code, *files])],
+        )
+        if cache is not None and not cache:  # read from the cache: a later reload re-validates only edited files
+            cache.seed(files, library)
+        return library
     paths = [Path(f) for f in folders]
     problems: list[Problem] = []
     for folder in paths:
@@ -205,6 +260,8 @@ def load_bytes(name: str, raw: bytes) -> tuple[list[Signature], list[Problem]]:
     except UnicodeDecodeError as exc:
         line = raw[: exc.start].count(b"\n") + 1
         return [], [Problem(name, line, "not UTF-8 text")]
+    from crashdoc.yamlfile import YamlError, parse_located
+
     try:
         located = parse_located(text)
     except YamlError as exc:
@@ -230,6 +287,8 @@ def load_bytes(name: str, raw: bytes) -> tuple[list[Signature], list[Problem]]:
 
 
 def _line_for(lines: dict[tuple[Any, ...], int], path: tuple[Any, ...]) -> int:
+    from crashdoc.yamlfile import LocatedYaml
+
     return LocatedYaml(None, lines).line_of(path)
 
 
@@ -357,3 +416,55 @@ def _build(entry: dict[str, Any], base: tuple[Any, ...], lines: dict[tuple[Any, 
         origin=f"{name}:{_line_for(lines, base)}",
         failure_kind=entry.get("kind", ""),
     )
+
+
+# --- the compiled cache: a Library as plain JSON data and back ------------------------------
+
+_SIGNATURE_FIELDS = tuple(f.name for f in fields(Signature))
+_EXAMPLE_FIELDS = tuple(f.name for f in fields(Example))
+
+
+def encode_library(library: Library) -> dict[str, Any]:
+    """Plain data (lists, dicts, strings, numbers) that `decode_library` turns back into `library`."""
+
+    def example(e: Example) -> list[Any]:
+        return [e.text, e.captures, e.context, e.exit, e.note, e.line]
+
+    def signature(s: Signature) -> list[Any]:
+        plain: dict[str, Any] = {name: getattr(s, name) for name in _SIGNATURE_FIELDS}
+        plain["changes"] = [[c.action, c.flag, c.value, c.new_flag] for c in s.changes]
+        plain["examples"] = [example(e) for e in s.examples]
+        plain["near_misses"] = [example(e) for e in s.near_misses]
+        return [plain[name] for name in _SIGNATURE_FIELDS]
+
+    return {
+        "signature_fields": list(_SIGNATURE_FIELDS),
+        "example_fields": list(_EXAMPLE_FIELDS),
+        "folders": list(library.folders),
+        "signatures": [signature(s) for s in library.signatures],
+    }
+
+
+def decode_library(data: dict[str, Any]) -> Library:
+    """The Library `encode_library` stored; raises (KeyError, TypeError, ValueError) on anything else."""
+    if data["signature_fields"] != list(_SIGNATURE_FIELDS) or data["example_fields"] != list(_EXAMPLE_FIELDS):
+        raise ValueError("written for other signature fields")
+    at = {name: i for i, name in enumerate(_SIGNATURE_FIELDS)}
+    tuples = [at[n] for n in ("roles", "flags", "exception_types")]
+    changes, examples, misses, exits = at["changes"], at["examples"], at["near_misses"], at["exit"]
+    signatures = []
+    for row in data["signatures"]:
+        if len(row) != len(_SIGNATURE_FIELDS):
+            raise ValueError("a signature with the wrong number of fields")
+        row = list(row)
+        for i in tuples:
+            row[i] = tuple(row[i])
+        row[changes] = tuple(FlagChange(*c) for c in row[changes])
+        row[examples] = tuple(Example(*e) for e in row[examples])
+        row[misses] = tuple(Example(*e) for e in row[misses])
+        row[exits] = {k: tuple(v) for k, v in row[exits].items()}
+        signature = Signature(*row)
+        if not isinstance(signature.id, str) or not isinstance(signature.origin, str):
+            raise TypeError("a signature without an id or origin")
+        signatures.append(signature)
+    return Library(tuple(signatures), tuple(str(f) for f in data["folders"]))

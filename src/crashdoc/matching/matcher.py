@@ -67,20 +67,30 @@ class _Compiled:
 
 
 class _PatternSet:
-    """One RE2 Set over many patterns, plus each pattern compiled alone for captures."""
+    """One RE2 Set over many patterns, plus each pattern compiled alone for captures.
+
+    The set is compiled on its first use: `explain` on a log without a traceback never pays for
+    the traceback set (most of a large library)."""
 
     def __init__(self, patterns: list[str]) -> None:
         self.size = len(patterns)
+        self._patterns = patterns
         self._set: re2.Set | None = None
-        self._match = None
-        if patterns:
-            self._set = re2.Set.SearchSet(re2_options())
-            for pattern in patterns:
-                self._set.Add(pattern)
-            self._set.Compile()
-            # the compiled set itself: re2.Set.Match only encodes the str and wraps the call,
-            # two Python frames that cost as much as the match on a typical line
-            self._match = getattr(self._set, "_set", self._set).Match
+        self._match = self._compile_and_match if patterns else None
+
+    def _compile_and_match(self, data: bytes) -> list[int] | None:
+        self._set = re2.Set.SearchSet(re2_options())
+        for pattern in self._patterns:
+            self._set.Add(pattern)
+        self._set.Compile()
+        # the compiled set itself: re2.Set.Match only encodes the str and wraps the call,
+        # two Python frames that cost as much as the match on a typical line
+        self._match = getattr(self._set, "_set", self._set).Match
+        return self._match(data)
+
+    def compile(self) -> None:
+        if self._set is None and self._patterns:
+            self._compile_and_match(b"")
 
     def hits(self, text: str) -> list[int]:
         match = self._match
@@ -115,6 +125,13 @@ class Matcher:
                 self._exit.append(sig)
         self._message_set = _PatternSet([c.signature.message or "" for c in self._traceback])
         self._line_set = _PatternSet([c.signature.line or "" for c in self._line])
+
+    def compile(self) -> Matcher:
+        """Compile the RE2 sets now (they are compiled on first use otherwise): the daemon does it
+        before swapping a reloaded library in, so that a set RE2 cannot build is a rejected reload."""
+        self._message_set.compile()
+        self._line_set.compile()
+        return self
 
     @property
     def has_line_signatures(self) -> bool:

@@ -16,6 +16,7 @@ from pathlib import Path
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from crashdoc.matching.cache import CompiledCache
 from crashdoc.matching.derived import DerivedLibrary
 from crashdoc.matching.library import FileCache, Library, LibraryError, load_library
 from crashdoc.matching.matcher import Matcher
@@ -25,7 +26,11 @@ class LibraryHolder:
     """The active matcher, swapped atomically when a good library has been loaded."""
 
     def __init__(
-        self, folders: Sequence[Path], log: Callable[[str], None] = print, derived: DerivedLibrary | None = None
+        self,
+        folders: Sequence[Path],
+        log: Callable[[str], None] = print,
+        derived: DerivedLibrary | None = None,
+        compiled: CompiledCache | None = None,
     ) -> None:
         self.folders = [Path(f) for f in folders]
         self.derived = derived  # kept across reloads: it is package data, not the watched folders
@@ -34,7 +39,8 @@ class LibraryHolder:
         self.errors = 0
         self.last_error = ""
         self._files = FileCache()
-        self._matcher = Matcher(load_library(self.folders, self._files), derived)  # the first load must succeed
+        # the first load must succeed; `compiled`: read back validated from the cache when the files are unchanged
+        self._matcher = Matcher(load_library(self.folders, self._files, compiled), derived).compile()
 
     @property
     def matcher(self) -> Matcher:
@@ -47,7 +53,7 @@ class LibraryHolder:
     def reload(self) -> bool:
         """Load again; True when the new library replaced the old one."""
         try:
-            matcher = Matcher(load_library(self.folders, self._files), self.derived)
+            matcher = Matcher(load_library(self.folders, self._files), self.derived).compile()
         except LibraryError as exc:
             self.errors += 1
             self.last_error = str(exc.problems[0]) if exc.problems else "unknown problem"

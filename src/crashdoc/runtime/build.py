@@ -9,6 +9,7 @@ from pathlib import Path
 from crashdoc.config import Config, parse_listen
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.events import Thresholds
+from crashdoc.matching.cache import CompiledCache
 from crashdoc.matching.derived import load_shipped
 from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.matching.matcher import Matcher
@@ -35,7 +36,13 @@ EngineFactory = Callable[[Callable[[], Matcher], Thresholds, Callable[[str], str
 
 def build(config: Config, make_engine: EngineFactory, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
     """A daemon and its HTTP server (not started) for `config` (the CLI's `run`)."""
-    holder = LibraryHolder(library_folders(config), log=log, derived=load_shipped())
+    # the validated library is kept in the state folder: a restart skips the YAML and schema work
+    holder = LibraryHolder(
+        library_folders(config),
+        log=log,
+        derived=load_shipped(),
+        compiled=CompiledCache(library_cache_dir(config), log),
+    )
     own = own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
     engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of)
@@ -80,6 +87,10 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         web = WebConfigHolder(config.web_config_file, health, log=log)
         view.scheme = "https" if web.current.ssl_context is not None else "http"
     return daemon, HttpServer(view, host, port, web=web)
+
+
+def library_cache_dir(config: Config) -> Path:
+    return Path(config.state_directory) / "cache"
 
 
 def library_folders(config: Config) -> list[Path]:
