@@ -90,7 +90,7 @@ def test_line_set_hits_match_the_re2_wrapper() -> None:
     from crashdoc.matching.library import builtin_signature_dirs, load_library
     from crashdoc.matching.matcher import Matcher
 
-    matcher = Matcher(load_library(builtin_signature_dirs()))
+    matcher = Matcher(load_library(builtin_signature_dirs())).compile()
     texts = [ex.text for sig in matcher.library.signatures for ex in sig.examples]
     texts += ["", "plain line", "ünïcödé ✓ line", "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37"]
     line_set = matcher._line_set
@@ -98,6 +98,32 @@ def test_line_set_hits_match_the_re2_wrapper() -> None:
     for text in texts:
         for line in text.splitlines() or [text]:
             assert line_set.hits(line) == (line_set._set.Match(line) or [])
+
+
+def test_scan_line_is_the_marker_check_and_the_line_match_in_one_pass() -> None:
+    """The engine's one RE2 pass per line names the marker literal `find_marker`'s own search finds
+    (or says there are several), and returns what `match_line` returns."""
+    from crashdoc.assembly.markers import _leftmost
+    from crashdoc.matching.library import builtin_signature_dirs, load_library
+    from crashdoc.matching.matcher import Matcher
+
+    matcher = Matcher(load_library(builtin_signature_dirs()))
+    lines = [line for sig in matcher.library.signatures for ex in sig.examples for line in ex.text.splitlines()]
+    lines += [f"[2026-12-01 10:00:05 TP0] {literal} (x)" for _, literal in MARKERS]
+    lines += [f"{MARKERS[0][1]} then {MARKERS[-1][1]}", f"{MARKERS[-1][1]} before {MARKERS[0][1]}"]
+    lines += ["", "plain line", "ünïcödé ✓ line", "[2026-12-01 10:00:05 TP0] Decode batch, #running-req: 37"]
+    seen = {"none": 0, "one": 0, "several": 0}
+    for line in lines:
+        literal, match = matcher.scan_line(line)
+        leftmost = _leftmost(line)
+        assert (literal is None) == (leftmost is None), line
+        if literal:
+            assert literal == leftmost, line
+        log_line = LogLine("u.service", 7, line)
+        assert find_marker(log_line, literal or None) == find_marker(log_line) if literal is not None else True
+        assert match == matcher.match_line(line), line
+        seen["none" if literal is None else "one" if literal else "several"] += 1
+    assert seen["one"] >= len(MARKERS) and seen["several"] == 2 and seen["none"] > 100
 
 
 def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_path, monkeypatch) -> None:

@@ -81,8 +81,11 @@ def _leftmost(text: str) -> str | None:
     return found
 
 
-def find_marker(line: LogLine) -> Marker | None:
-    literal = _leftmost(line.text)
+def find_marker(line: LogLine, literal: str | None = None) -> Marker | None:
+    """The marker of `line`; `literal`: the one marker literal the line is known to hold (the engine's
+    RE2 pass says so), which spares the search."""
+    if literal is None:
+        literal = _leftmost(line.text)
     if literal is None:
         return None
     kind = _KIND[literal]

@@ -63,7 +63,7 @@ def main(args: argparse.Namespace) -> int:
     if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
         raise UserError("\ncrashdoc: ".join(problems))
     try:
-        source = JournalSource(units, directory=args.directory, files=args.file)
+        source = JournalSource(units, directory=args.directory, files=args.file, once=True)
     except (OSError, FileNotFoundError) as exc:
         raise UserError(f"cannot open the journal: {exc}") from exc
     if args.since:

@@ -138,7 +138,10 @@ class Engine:
             self._add_traceback(rec, tb)
         if self.assembler.consumed:
             return
-        marker = find_marker(line)
+        matcher = self.matcher
+        # one RE2 pass for the marker literals and the line signatures; find_marker is told the literal
+        literal, match = matcher.scan_line(line.text)
+        marker = find_marker(line, literal or None) if literal is not None else None
         if marker is not None:
             marker.seq = seq
             if marker.kind in ("loading", "kv-cache", "ready"):
@@ -157,15 +160,12 @@ class Engine:
             handled = inv.later_line(line.pid, seq)
             if handled:
                 self._count_handled(rec, inv, handled)
-        matcher = self.matcher
-        if matcher.has_line_signatures:
-            match = matcher.match_line(line.text)
-            if match is not None:
-                inv.add_line_hit(LineHit(match, line, seq))
-                sig = matcher.library.get(match.signature_id)
-                if sig is not None and sig.severity != "critical":
-                    rec.line_failures[match.signature_id] += 1
-                    self._events.append(EngineEvent("line-failure", rec.name, line.timestamp))
+        if match is not None:
+            inv.add_line_hit(LineHit(match, line, seq))
+            sig = matcher.library.get(match.signature_id)
+            if sig is not None and sig.severity != "critical":
+                rec.line_failures[match.signature_id] += 1
+                self._events.append(EngineEvent("line-failure", rec.name, line.timestamp))
 
     def on_lifecycle(self, record: LifecycleRecord) -> None:
         rec = self.watch(record.unit)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import re2
 
+from crashdoc.assembly.markers import MARKERS
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 from crashdoc.matching.library import Library, Signature
@@ -125,12 +126,17 @@ class Matcher:
                 self._exit.append(sig)
         self._message_set = _PatternSet([c.signature.message or "" for c in self._traceback])
         self._line_set = _PatternSet([c.signature.line or "" for c in self._line])
+        # the engine's per-line pass: the line signatures and the marker literals in one RE2 set
+        self._scan_set = _PatternSet(
+            [c.signature.line or "" for c in self._line] + [re2.escape(literal) for _, literal in MARKERS]
+        )
 
     def compile(self) -> Matcher:
         """Compile the RE2 sets now (they are compiled on first use otherwise): the daemon does it
         before swapping a reloaded library in, so that a set RE2 cannot build is a rejected reload."""
         self._message_set.compile()
         self._line_set.compile()
+        self._scan_set.compile()
         return self
 
     @property
@@ -226,8 +232,24 @@ class Matcher:
     def match_line(self, text: str) -> Match | None:
         """The best line-level signature for one log line; the hot path, so one Set pass."""
         hits = self._line_set.hits(text)
+        return self._best_line(text, hits) if hits else None
+
+    def scan_line(self, text: str) -> tuple[str | None, Match | None]:
+        """(marker literal, best line-level signature) for one line: the engine's per-line work in one
+        RE2 pass, where `find_marker`'s literal search and `match_line` took two (~1 us each per line).
+
+        The literal is None when no marker literal is in the line, the literal itself when exactly one
+        is (`find_marker` need not search), and "" when several are (`find_marker` finds the leftmost)."""
+        hits = self._scan_set.hits(text)
         if not hits:
-            return None
+            return None, None
+        n = len(self._line)
+        line_hits = [i for i in hits if i < n]
+        literals = {MARKERS[i - n][1] for i in hits if i >= n}
+        literal = None if not literals else (next(iter(literals)) if len(literals) == 1 else "")
+        return literal, (self._best_line(text, line_hits) if line_hits else None)
+
+    def _best_line(self, text: str, hits: list[int]) -> Match | None:
         best: Match | None = None
         for index in hits:
             compiled = self._line[index]

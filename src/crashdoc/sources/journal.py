@@ -85,7 +85,10 @@ class JournalSource:
         *,
         directory: str | None = None,
         files: Sequence[str] | None = None,
+        once: bool = False,
     ) -> None:
+        """`once`: read to the end one time (`diagnose`), not followed: unwatched units are skipped
+        by libsystemd, as they always are for journal files given by name."""
         self.units = units
         self._directory = directory if not files else None
         self._files = list(files or ())
@@ -106,17 +109,17 @@ class JournalSource:
         self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
         # (unit, pid) -> (unit, pid, invocation id, command line), decoded on the process's first line
         self._invocations: dict[tuple[bytes, bytes], tuple[str, int, str, str]] = {}
-        if files:
+        if files or once:
             self._restrict_to_watched()
 
     def _restrict_to_watched(self) -> None:
-        """Journal files given by name (copies, read once): let libsystemd skip unwatched units.
+        """Journal files given by name (copies) or read once: let libsystemd skip unwatched units.
 
         A match walks only the matching entries, so an unwatched entry (half of a busy GPU
         host's journal) costs nothing instead of a `_next()` and a `_get("_SYSTEMD_UNIT")`. The
         terms cover everything `read()` can return: the watched units' lines, PID 1's records
         (init.scope), kernel lines (OOM kills) and core dump records; `read()` checks each entry
-        as before. Not for a live journal (folder or system): its units may not exist yet.
+        as before. Not for a followed journal (the daemon): its units may not exist yet.
         """
         r = self.reader
         try:
