@@ -45,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     """One shot over the host journal or copied journal files."""
     from crashdoc.config import ConfigError, load_config
     from crashdoc.events import WatchRule
+    from crashdoc.outputs.progress import Progress
     from crashdoc.outputs.render import diagnoses_json, diagnoses_text
     from crashdoc.sources.journal import JournalSource, UnitFilter, unreadable_journal_files
     from crashdoc.sources.units import UnitWatcher
@@ -66,10 +67,11 @@ def main(args: argparse.Namespace) -> int:
         source = JournalSource(units, directory=args.directory, files=args.file, once=True)
     except (OSError, FileNotFoundError) as exc:
         raise UserError(f"cannot open the journal: {exc}") from exc
+    start: float | None = None
     if args.since:
-        source.seek_since(parse_since(args.since))
+        source.seek_since(start := parse_since(args.since))
     elif not (args.directory or args.file):
-        source.seek_since(time.time() - DEFAULT_HOST_SINCE)
+        source.seek_since(start := time.time() - DEFAULT_HOST_SINCE)
     else:
         source.seek_head()
     live = not (args.directory or args.file)
@@ -85,10 +87,16 @@ def main(args: argparse.Namespace) -> int:
             state = watcher.state(unit)
             if state is not None:
                 engine.on_unit_state(state)
+    progress = Progress(sys.stderr, None, None)  # on a terminal only, once the read takes over a second
+    if progress.enabled:
+        oldest = source.newest_timestamp(oldest=True)
+        progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
     while True:
         feed(engine, source.read(20_000))
+        progress.update(source.stats.entries, source.stats.last_timestamp or None)
         if source.at_end:
             break
+    progress.finish()
     if watcher is not None:
         for name in list(engine.units()):
             state = watcher.state(name)

@@ -436,9 +436,10 @@ class JournalSource:
             reader.close()
         return lines
 
-    def newest_timestamp(self) -> float | None:
-        """Realtime of the newest entry in the journal, from a separate reader (the position stays):
-        how far reading is behind what was written (crashdoc_journal_lag_seconds)."""
+    def newest_timestamp(self, oldest: bool = False) -> float | None:
+        """Realtime of the newest entry in the journal (`oldest`: of the oldest), from a separate reader
+        (the position stays): how far reading is behind what was written (crashdoc_journal_lag_seconds),
+        and where a long read is between the two ends (diagnose's progress)."""
         try:
             if self._files:
                 reader = journal.Reader(files=self._files)
@@ -447,6 +448,9 @@ class JournalSource:
         except OSError:
             return None
         try:
+            if oldest:
+                reader.seek_head()
+                return reader._get_realtime() / 1e6 if reader._next() else None
             reader.seek_tail()
             return reader._get_realtime() / 1e6 if reader._previous() else None
         except OSError:
