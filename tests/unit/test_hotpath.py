@@ -257,3 +257,73 @@ def test_release_journal_pages_drops_them_from_rss_and_reading_goes_on(tmp_path)
     assert len(messages) == 6_000  # libsystemd went on reading through the released windows
     r.seek_head()
     assert r._next() and r._get("MESSAGE") == messages[0]
+
+
+def test_the_c_batch_reader_returns_exactly_what_read_returns(tmp_path, monkeypatch) -> None:
+    """`diagnose`'s C batch reader (sources/fastread.c) against `read()`'s systemd-python loop, on a
+    generated journal with crashes plus the entries it must leave to Python or get right: PID 1's
+    records, a core dump, an OOM kill, a process's first line, a compressed 20K line (cut at 16K),
+    bytes that are not UTF-8, terminal escapes, entries without MESSAGE or _PID."""
+    (build,) = _bench("build")
+    from crashdoc.events import WatchRule
+    from crashdoc.sources import journal as journal_source
+    from crashdoc.sources.journal import JournalSource, UnitFilter
+    from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID
+    from support.journal_files import line, pid1, write_journal
+
+    monkeypatch.setattr(journal_source, "TRIM_ABOVE", 0)
+    monkeypatch.setattr(journal_source, "TRIM_CHECK_EVERY", 64)
+    folder = tmp_path / "j"
+    build(5_000, seed=13, folder=folder, crash_every=(1_200, 2_500))
+    unit = "sglang-decode.service"
+    extra = [
+        line("first line of a new process", pid="9001", unit=unit, _CMDLINE="python3 -m sglang.launch_server"),
+        line(b"\xff\xfe not UTF-8 \xc3", pid="9001", unit=unit),
+        line("colour \x1b[31mred\x1b[0m and a bell \x07", pid="9001", unit=unit),
+        line("y" * 20_000, pid="9001", unit=unit),
+        {"_SYSTEMD_UNIT": unit, "_PID": "9001", "_TRANSPORT": "stdout"},  # no MESSAGE
+        {"_SYSTEMD_UNIT": unit, "MESSAGE": "no pid", "_TRANSPORT": "stdout"},
+        pid1(
+            "Main process exited, code=exited, status=1/FAILURE",
+            unit=unit,
+            MESSAGE_ID="98e322203f7a4ed290d09fe03c09fe15",
+            EXIT_CODE="exited",
+            EXIT_STATUS="1",
+        ),
+        {
+            "_SYSTEMD_UNIT": "systemd-coredump@0-9001-0.service",
+            "MESSAGE_ID": COREDUMP_MESSAGE_ID,
+            "_UID": "0",
+            "COREDUMP_UNIT": unit,
+            "COREDUMP_SIGNAL_NAME": "SIGSEGV",
+            "MESSAGE": "Process 9001 (python3) of user 0 dumped core.",
+        },
+        {
+            "_TRANSPORT": "kernel",
+            "MESSAGE": "oom-kill:constraint=CONSTRAINT_MEMCG,nodemask=(null),cpuset=/,mems_allowed=0,"
+            f"oom_memcg=/system.slice/{unit},task_memcg=/system.slice/{unit},task=python3,pid=9001,uid=0",
+        },
+        line("a line after the others", pid="9001", unit=unit),
+    ]
+    write_journal(folder, extra)
+    units = UnitFilter((WatchRule("sglang*.service"),))
+
+    def events(**where):
+        source = JournalSource(units, directory=str(folder), **where)
+        source.seek_head()
+        out = []
+        while True:
+            out.extend(source.read(1_000))
+            if source.at_end:
+                return out, source
+
+    plain, _ = events()
+    batched, source = events(once=True, build_dir=tmp_path / "build")
+    if source._batch is None:
+        pytest.skip("the C batch reader cannot be built here (no C compiler, Python headers or libsystemd-dev)")
+    assert batched == plain
+    assert len(plain) > 2_000 and source.stats.errors == 0
+    texts = [e.text for e in plain if isinstance(e, LogLine) and e.pid == 9001]
+    assert texts[1].startswith("\ufffd\ufffd not UTF-8") and len(texts[3]) == 16 * 1024
+    kinds = {str(getattr(e, "kind", "")) for e in plain}
+    assert {"oom-kill", "coredump", "exited"} <= kinds

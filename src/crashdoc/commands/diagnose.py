@@ -45,6 +45,7 @@ def main(args: argparse.Namespace) -> int:
     """One shot over the host journal or copied journal files."""
     from crashdoc.config import ConfigError, load_config
     from crashdoc.events import WatchRule
+    from crashdoc.matching.cache import default_cache_directory
     from crashdoc.outputs.progress import Progress
     from crashdoc.outputs.render import diagnoses_json, diagnoses_text
     from crashdoc.sources.journal import JournalSource, UnitFilter, unreadable_journal_files
@@ -64,7 +65,10 @@ def main(args: argparse.Namespace) -> int:
     if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
         raise UserError("\ncrashdoc: ".join(problems))
     try:
-        source = JournalSource(units, directory=args.directory, files=args.file, once=True)
+        # read once, with the C batch reader when it can be built (into the cache folder)
+        source = JournalSource(
+            units, directory=args.directory, files=args.file, once=True, build_dir=default_cache_directory()
+        )
     except (OSError, FileNotFoundError) as exc:
         raise UserError(f"cannot open the journal: {exc}") from exc
     start: float | None = None

@@ -17,6 +17,8 @@ import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from systemd import journal
 
@@ -30,12 +32,16 @@ from crashdoc.sources.lifecycle import (
 )
 from crashdoc.text import terminal_safe
 
+if TYPE_CHECKING:
+    from crashdoc.sources.fastread import BatchReader
+
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
 TRIM_CHECK_EVERY = 2_000  # entries stepped between two looks at how many file pages are mapped
 TRIM_ABOVE = 8 << 20  # release the journal pages once this many bytes of file pages were mapped since
 _MADV_DONTNEED = 4
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _INIT_SCOPE = b"init.scope"
+_STOP_BATCH = (_INIT_SCOPE, b"systemd-coredump@")  # the batch reader leaves these entries to read()
 
 
 @dataclass(slots=True)
@@ -86,9 +92,11 @@ class JournalSource:
         directory: str | None = None,
         files: Sequence[str] | None = None,
         once: bool = False,
+        build_dir: Path | None = None,
     ) -> None:
         """`once`: read to the end one time (`diagnose`), not followed: unwatched units are skipped
-        by libsystemd, as they always are for journal files given by name."""
+        by libsystemd, as they always are for journal files given by name. `build_dir`: with `once`,
+        read with the C batch reader (sources/fastread.c) built there, when it can be."""
         self.units = units
         self._directory = directory if not files else None
         self._files = list(files or ())
@@ -111,6 +119,11 @@ class JournalSource:
         self._invocations: dict[tuple[bytes, bytes], tuple[str, int, str, str]] = {}
         if files or once:
             self._restrict_to_watched()
+        self._batch: BatchReader | None = None
+        if once and build_dir is not None:
+            from crashdoc.sources.fastread import batch_reader
+
+            self._batch = batch_reader(self.reader, build_dir)
 
     def _restrict_to_watched(self) -> None:
         """Journal files given by name (copies) or read once: let libsystemd skip unwatched units.
@@ -192,6 +205,8 @@ class JournalSource:
         `_get`s, the realtime clock, one decode), and what is fixed per process (unit name,
         PID, invocation) is decoded once, on its first line, and remembered.
         """
+        if self._batch is not None:
+            return self._read_batches(limit)
         r = self.reader
         get = r._get
         nxt = r._next
@@ -285,6 +300,84 @@ class JournalSource:
             except OSError:
                 pass
         return events
+
+    def _read_batches(self, limit: int) -> list[Event]:
+        """`read()` through the C batch reader: the same events, from what fastread.c returns.
+
+        It returns the lines of processes already seen (their unit, PID and run are in
+        `_invocations`) and stops on every other entry (a process's first line, PID 1's records,
+        core dumps, kernel lines): those are read here, with `read()`'s rules, and the batch goes
+        on after them."""
+        from crashdoc.sources.fastread import AT_END, STOPPED
+
+        assert self._batch is not None
+        batch = self._batch
+        r = self.reader
+        processes = self._invocations
+        stats = self.stats
+        events: list[Event] = []
+        append = events.append
+        stepped = lines = 0
+        self.at_end = False
+        while stepped < limit:
+            entries, status, errors = batch(
+                r, min(TRIM_CHECK_EVERY, limit - stepped), _STOP_BATCH, processes, MAX_MESSAGE_CHARS
+            )
+            stepped += len(entries) + errors + (status == STOPPED)
+            if errors:
+                stats.errors += errors
+                stats.last_error = "unreadable entry"
+            for process, text, timestamp in entries:
+                if not text.isprintable():
+                    text = terminal_safe(text)
+                append(LogLine(process[0], process[1], text, timestamp, process[2], ""))
+            lines += len(entries)
+            if status == STOPPED:  # the reader sits on an entry to read the slow way
+                try:
+                    event = self._other_entry(r._get, r._get_realtime)
+                except OSError as exc:
+                    stats.errors += 1
+                    stats.last_error = f"unreadable entry: {exc}"
+                    event = None
+                if event is not None:
+                    append(event)
+            elif status == AT_END:
+                self.at_end = True
+                break
+            elif status < 0:
+                stats.errors += 1
+                stats.last_error = f"journal read failed: {os.strerror(-status)}"
+                self.at_end = True  # do not spin on a broken file: try again on the next wake-up
+                break
+            self._bound_mapped_pages()
+        stats.lines += lines
+        if stepped:
+            stats.entries += stepped
+            self._bound_mapped_pages()
+            try:
+                self._cursor = r._get_cursor()
+                stats.last_timestamp = r._get_realtime() / 1e6
+            except OSError:
+                pass
+        return events
+
+    def _other_entry(self, get, realtime) -> Event | None:
+        """An entry the batch reader left alone (no unit, PID 1, a core dump), as `read()` handles it."""
+        try:
+            unit_raw = get("_SYSTEMD_UNIT")
+        except KeyError:
+            return self._kernel_record(get, realtime)
+        try:
+            role = self._roles[unit_raw]
+        except KeyError:
+            role = self._roles[unit_raw] = self.units.role_of(unit_raw.decode("utf-8", "replace"))
+        if role is not None:
+            return self._line(get, realtime, unit_raw)
+        if unit_raw == _INIT_SCOPE:
+            return self._pid1_record(get, realtime)
+        if unit_raw.startswith(b"systemd-coredump@"):
+            return self._coredump_record(get, realtime)
+        return None
 
     def _line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
         """One line of a watched unit, read outside `read()`'s loop (which inlines the same steps)."""
