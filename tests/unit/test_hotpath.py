@@ -318,6 +318,8 @@ def test_the_c_batch_reader_returns_exactly_what_read_returns(tmp_path, monkeypa
                 return out, source
 
     plain, _ = events()
+    import pytest
+
     batched, source = events(once=True, build_dir=tmp_path / "build")
     if source._batch is None:
         pytest.skip("the C batch reader cannot be built here (no C compiler, Python headers or libsystemd-dev)")
