@@ -153,11 +153,12 @@ class CompiledCache:
         name: str,
         key: str | Callable[[], str],
         build: Callable[[], T],
-        encode: Callable[[T], Any],
+        encode: Callable[[T], Any | None],
         decode: Callable[[Any], T],
         stamp: Any = None,
     ) -> T:
-        """`decode(cached data)` when the cache holds `key`, else `build()`, stored as `encode(result)`.
+        """`decode(cached data)` when the cache holds `key`, else `build()`, stored as `encode(result)`
+        (unless that is None).
 
         `build` may raise (a library with problems): nothing is stored then. A `decode` that
         fails on what was read means a damaged file: warned about, rebuilt and overwritten."""
@@ -183,7 +184,9 @@ class CompiledCache:
         built_for = wanted()
         value = build()
         self.builds += 1
-        self.put(name, built_for, encode(value), stamp)
+        encoded = encode(value)
+        if encoded is not None:  # None: this value cannot be cached faithfully
+            self.put(name, built_for, encoded, stamp)
         return value
 
 

@@ -210,7 +210,7 @@ def load_library(
             name,
             lambda: Digest(*map(str, paths)).add_files([*code, *files]).hexdigest(),
             lambda: load_library(paths, cache),
-            encode_library,
+            _encode_checked,
             decode_library,
             stamp=[list(map(str, paths)), file_stamp([*code, *files])],
         )
@@ -443,6 +443,17 @@ def encode_library(library: Library) -> dict[str, Any]:
         "folders": list(library.folders),
         "signatures": [signature(s) for s in library.signatures],
     }
+
+
+def _encode_checked(library: Library) -> dict[str, Any] | None:
+    """`encode_library`, or None (nothing cached) when its JSON would not decode to an equal library:
+    a field added to Signature that this code does not know how to store must not change answers."""
+    data = encode_library(library)
+    try:
+        same = decode_library(json.loads(json.dumps(data))) == library
+    except (TypeError, ValueError, KeyError):
+        same = False
+    return data if same else None
 
 
 def decode_library(data: dict[str, Any]) -> Library:
