@@ -1,7 +1,7 @@
 """The baseline ways of reading a journal, each run alone in a fresh process.
 
-`python -m bench.readers CASE FILE...` prints {"entries": N, "seconds": S} (the read itself:
-open, walk, close; not the interpreter's start-up).
+`python -m bench.readers CASE FILE...` prints {"entries": N, "seconds": S, "cpu": C} (the read
+itself: open, walk, close; not the interpreter's start-up; C: this process's CPU seconds).
 
 - floor:   systemd-python `_next()` + `_get()` of MESSAGE, _PID, _SYSTEMD_UNIT (bytes): the raw floor
 - default: `for entry in Reader(files=...)` with systemd-python's default converters
@@ -66,9 +66,9 @@ CASES = {"floor": floor, "default": default, "json": json_pipe}
 
 def main(argv: list[str]) -> int:
     case, files = argv[0], argv[1:]
-    started = time.perf_counter()
+    started, cpu = time.perf_counter(), time.process_time()
     n = CASES[case](files)
-    print(json.dumps({"entries": n, "seconds": time.perf_counter() - started}))
+    print(json.dumps({"entries": n, "seconds": time.perf_counter() - started, "cpu": time.process_time() - cpu}))
     return 0
 
 
