@@ -53,7 +53,7 @@ def batch_reader(reader: Any, folder: Path | None) -> BatchReader | None:
         return None
     if threshold(reader) != reader.data_threshold:  # the pointer is not what it should be: never use it
         return None
-    return read  # type: ignore[no-any-return]
+    return read
 
 
 def _built(folder: Path) -> Path | None:
