@@ -18,11 +18,13 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 SOURCE = Path(__file__).with_name("fastread.c")
+RETRY_FAILED_AFTER = 24 * 3600
 # read_batch(reader, limit, stop units, processes, max message bytes) -> (lines, status, errors)
 Lines = list[tuple[Any, str, float]]
 BatchReader = Callable[[Any, int, tuple[bytes, ...], dict[Any, Any], int], tuple[Lines, int, int]]
@@ -70,8 +72,11 @@ def _built(folder: Path) -> Path | None:
     failed = target.with_suffix(".failed")
     if target.exists():
         return target
-    if failed.exists():
-        return None
+    try:  # a failed build is tried again a day later (a compiler or libsystemd-dev installed since)
+        if time.time() - failed.stat().st_mtime < RETRY_FAILED_AFTER:
+            return None
+    except OSError:
+        pass
     compiler = shutil.which(os.environ.get("CC", "cc")) or shutil.which("gcc")
     include = sysconfig.get_paths().get("include", "")
     if compiler is None or not include or not os.path.exists(os.path.join(include, "Python.h")):
