@@ -18,17 +18,19 @@ from bench.throughput import _env, diagnose_argv
 # (label, how the frame is named in py-spy's output: "function (file.py:line)")
 HOT = (
     ("JournalSource.read (sources/journal.py)", "read (crashdoc/sources/journal.py"),
+    ("  _read_batches: the C batch reader + LogLines", "_read_batches (crashdoc/sources/journal.py"),
     ("  release_journal_pages + _mapped_bytes", "_pages (crashdoc/sources/journal.py"),
     ("Engine.on_line (diagnosis/engine.py)", "on_line (crashdoc/diagnosis/engine.py"),
     ("  TracebackAssembler.feed", "feed (crashdoc/assembly/traceback.py"),
-    ("  find_marker", "find_marker (crashdoc/assembly/markers.py"),
-    ("  Matcher.match_line (RE2 Set)", "match_line (crashdoc/matching/matcher.py"),
+    ("  Matcher.scan_line (one RE2 Set pass: markers + line signatures)", "scan_line (crashdoc/matching/matcher.py"),
+    ("  find_marker (on a marker literal only)", "find_marker (crashdoc/assembly/markers.py"),
     ("  Engine.watch", "watch (crashdoc/diagnosis/engine.py"),
-    ("  Engine._invocation_for", "_invocation_for (crashdoc/diagnosis/engine.py"),
+    ("  Engine._run_for", "_run_for (crashdoc/diagnosis/engine.py"),
     ("  Run.add_line", "add_line (crashdoc/diagnosis/run.py"),
     ("  Engine.matcher (property, per line)", "matcher (crashdoc/diagnosis/engine.py"),
     ("Engine.on_lifecycle + settle (root cause, fix)", "on_lifecycle (crashdoc/diagnosis/engine.py"),
-    ("signature library load (YAML + schema)", "load_library (crashdoc/matching/library.py"),
+    ("signature library load (compiled cache, or YAML + schema)", "load_library (crashdoc/matching/library.py"),
+    ("imports", "_find_and_load (<frozen importlib._bootstrap>"),
 )
 
 
