@@ -20,6 +20,7 @@ from pathlib import Path
 
 from bench.common import CRASHDOC, PYTHON, ROOT, Results, bare_python_rss_kib, log, proc_status
 from bench.journal_gen import JournalSet
+from bench.throughput import _env
 
 LIMIT_MB = 60
 PEAK_LIMIT_MB = 70  # VmHWM while following a 2M-entry backlog (issue 15)
@@ -84,7 +85,8 @@ def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, f
     log_path = workdir / "follow.log"
     entries = int(js.meta["entries"])
     with open(log_path, "wb") as out:
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT)
+        # this tree's crashdoc (not whichever one the venv has installed), with compiled bytecode
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=_env())
     started = time.monotonic()
     peak = peak_anon = peak_file = 0
     try:
