@@ -11,11 +11,13 @@ import os
 import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashdoc.events import ROLES, Thresholds, WatchRule
 from crashdoc.outputs.alerts import HttpClientConfig
-from crashdoc.yamlfile import LocatedYaml, YamlError, parse_located
+
+if TYPE_CHECKING:  # YAML is imported when there is a file to read (10 ms that `diagnose` without --config saves)
+    from crashdoc.yamlfile import LocatedYaml
 
 DEFAULT_PORT = 10247  # outside the 9100-9999 exporter range, which is fully allocated
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
@@ -120,6 +122,8 @@ def load_config(path: str | Path | None) -> Config:
         raise ConfigError([f"{name}: no such file"]) from exc
     except (OSError, UnicodeDecodeError) as exc:
         raise ConfigError([f"{name}: cannot read: {exc}"]) from exc
+    from crashdoc.yamlfile import YamlError, parse_located
+
     try:
         located = parse_located(text)
     except YamlError as exc:
@@ -377,6 +381,8 @@ def check_config_file(name: str) -> ConfigCheck:
         config = load_config(name)
     except ConfigError as exc:
         return ConfigCheck(problems=list(exc.problems))
+    from crashdoc.yamlfile import YamlError, parse_located
+
     try:
         lines = parse_located(Path(name).read_text(encoding="utf-8")).lines
     except (OSError, UnicodeDecodeError, YamlError):

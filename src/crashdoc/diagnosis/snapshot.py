@@ -15,8 +15,6 @@ first start after the upgrade resumes where the old daemon stopped.
 from __future__ import annotations
 
 import dataclasses
-import io
-import pickle
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from enum import Enum
@@ -248,6 +246,9 @@ class _Loose:
 
 def from_legacy_pickle(blob: bytes, codec: Codec) -> dict[str, Any]:
     """0.1.0's engine state (a pickle whose version named the package version) as today's state."""
+    import io  # only for this one-time upgrade: not on every start of `explain`
+    import pickle
+
     loose: dict[str, type[_Loose]] = {}
 
     class Unpickler(pickle.Unpickler):

@@ -21,7 +21,6 @@ import re
 import zlib
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from importlib import resources
 from typing import Any
 
 import re2
@@ -507,6 +506,8 @@ _SHIPPED: DerivedLibrary | None = None
 
 def _read_shipped() -> tuple[list[Row], tuple[str, ...]]:
     try:
+        from importlib import resources  # 7 ms of imports that `explain` without a traceback never needs
+
         raw = resources.files("crashdoc.matching").joinpath("data/derived.json.gz").read_bytes()
     except OSError:
         return [], ()
