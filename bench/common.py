@@ -13,6 +13,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+# the bench measures the crashdoc of its own tree (a worktree's, not the one a venv has installed): the
+# sections that run it in this process, and the sandboxes that run `package_root()` of it
+if str(ROOT / "src") not in sys.path:
+    sys.path.insert(0, str(ROOT / "src"))
 DATA = Path(os.environ.get("CRASHDOC_BENCH_DATA", ROOT / "bench" / "data"))
 PYTHON = sys.executable
 CRASHDOC = [PYTHON, "-m", "crashdoc"]
