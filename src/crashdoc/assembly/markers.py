@@ -61,6 +61,7 @@ def handled_wording(record: str) -> bool:
 
 
 _LITERALS: tuple[str, ...] = tuple(literal for _, literal in MARKERS)
+SERVING_LITERALS = frozenset(literal for kind, literal in MARKERS if kind == "serving")
 _KIND = {literal: kind for kind, literal in MARKERS}
 
 

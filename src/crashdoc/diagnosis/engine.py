@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
-from crashdoc.assembly.markers import find_marker, parse_server_args
+from crashdoc.assembly.markers import SERVING_LITERALS, find_marker, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis import snapshot
 from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
@@ -141,6 +141,8 @@ class Engine:
         matcher = self.matcher
         # one RE2 pass for the marker literals and the line signatures; find_marker is told the literal
         literal, match = matcher.scan_line(line.text)
+        if literal in SERVING_LITERALS and not inv.open_tracebacks:
+            return  # a batch or access line with no traceback to resolve: what add_marker would conclude
         marker = find_marker(line, literal or None) if literal is not None else None
         if marker is not None:
             marker.seq = seq

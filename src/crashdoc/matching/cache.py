@@ -15,7 +15,6 @@ import hashlib
 import json
 import os
 import sys
-import tempfile
 from collections.abc import Callable, Iterable
 from pathlib import Path
 from typing import Any, TypeVar
@@ -125,6 +124,8 @@ class CompiledCache:
         path = self.path(name)
         if path is None:
             return False
+        import tempfile  # writing is the rare case: 3 ms of imports that a cache hit never needs
+
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(prefix=f".{name}.", suffix=".tmp", dir=path.parent)

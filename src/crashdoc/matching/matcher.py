@@ -18,6 +18,7 @@ from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 from crashdoc.matching.library import Library, Signature
 
 _LITERAL_WEIGHT_CAP = 60
+_MARKER_LITERALS = tuple(literal for _, literal in MARKERS)  # after the line signatures in the scan set
 
 
 def re2_options() -> re2.Options:
@@ -244,9 +245,11 @@ class Matcher:
         if not hits:
             return None, None
         n = len(self._line)
+        if len(hits) == 1:  # the common hit: one marker (SGLang's batch and access lines), or one signature
+            return (_MARKER_LITERALS[hits[0] - n], None) if hits[0] >= n else (None, self._best_line(text, hits))
         line_hits = [i for i in hits if i < n]
-        literals = {MARKERS[i - n][1] for i in hits if i >= n}
-        literal = None if not literals else (next(iter(literals)) if len(literals) == 1 else "")
+        markers = len(hits) - len(line_hits)
+        literal = None if not markers else (_MARKER_LITERALS[max(hits) - n] if markers == 1 else "")
         return literal, (self._best_line(text, line_hits) if line_hits else None)
 
     def _best_line(self, text: str, hits: list[int]) -> Match | None:
