@@ -67,11 +67,12 @@ def daemon_engine(
 
 
 def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
+    on_line, on_lifecycle = engine.on_line, engine.on_lifecycle  # looked up once, not per event
     for event in events:
         if isinstance(event, LogLine):
-            engine.on_line(event)
+            on_line(event)
         else:
-            engine.on_lifecycle(event)
+            on_lifecycle(event)
 
 
 def explain_text(text: str, library: Library, matcher: Matcher | None = None) -> list[Diagnosis]:

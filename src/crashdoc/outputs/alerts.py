@@ -21,19 +21,30 @@ from __future__ import annotations
 
 import base64
 import json
-import ssl
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crashdoc.events import Diagnosis
-from crashdoc.outputs.metrics import Health
 from crashdoc.redact import redact
+
+if TYPE_CHECKING:  # imported where used: the configuration imports this module (HttpClientConfig), and with
+    # it every `diagnose` and `explain`, which never send an alert (urllib, ssl, prometheus_client: 25 ms)
+    import ssl
+    import urllib.request
+
+    from crashdoc.outputs.metrics import Health
+
+
+def _new_health() -> Health:
+    from crashdoc.outputs.metrics import Health
+
+    return Health()
+
 
 ALERTNAME = "CrashdocCrashLoop"
 EXPIRY_INTERVALS = 4  # endsAt of an active alert: this many resend intervals ahead (Prometheus does 4x)
@@ -108,6 +119,8 @@ class _Resolved:
 
 def urllib_post(url: str, body: bytes, timeout: float) -> None:
     """POST JSON; raises OSError (URLError, HTTPError, timeouts) when Alertmanager does not take it."""
+    import urllib.request
+
     request = urllib.request.Request(
         url, data=body, method="POST", headers={"Content-Type": "application/json", "User-Agent": "crashdoc"}
     )
@@ -156,6 +169,8 @@ class HttpClientConfig:
             headers["Authorization"] = f"Basic {token}"
         elif self.bearer_token_file:
             headers["Authorization"] = f"Bearer {_read_secret('bearer_token_file', self.bearer_token_file)}"
+        import urllib.request
+
         handlers: list[urllib.request.BaseHandler] = []
         if url.startswith("https://"):
             handlers.append(urllib.request.HTTPSHandler(context=self.ssl_context()))
@@ -168,6 +183,8 @@ class HttpClientConfig:
 
     def ssl_context(self) -> ssl.SSLContext:
         """A client context: the system's CAs, or `ca_file`; the client certificate when set."""
+        import ssl
+
         try:
             context = ssl.create_default_context(cafile=self.ca_file)
         except (ssl.SSLError, OSError) as exc:
@@ -204,7 +221,7 @@ class AlertSender:
     url: str  # Alertmanager's base URL (".../api/v2/alerts" is added when missing)
     instance: str
     runbook_url: RunbookUrl
-    health: Health = field(default_factory=Health)
+    health: Health = field(default_factory=_new_health)
     resend_interval: float = 60.0
     timeout: float = 5.0
     backoff_initial: float = BACKOFF_INITIAL
@@ -342,6 +359,9 @@ class AlertSender:
 
     def _deliver(self, body: bytes) -> bool:
         """One POST. Any failure (refused, timeout, HTTP error, a bug) is counted, never raised."""
+        import ssl
+        import urllib.error
+
         try:
             self.post(self.endpoint, body, self.timeout)
         except ClientSetupError as exc:
