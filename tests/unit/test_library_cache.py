@@ -199,3 +199,24 @@ def test_explain_uses_the_cache_folder_and_prints_the_same(tmp_path: Path) -> No
     third = explain()
     assert third.stdout == first.stdout
     assert "ignoring the damaged cache" in third.stderr
+
+
+def test_a_library_the_cache_cannot_store_faithfully_is_not_cached(
+    library_dir: Path, tmp_path: Path, monkeypatch
+) -> None:
+    """A field the encoder does not know (a new one in Signature, say) must cost the cache, not answers."""
+    from crashdoc.matching import library as library_module
+
+    real = library_module.encode_library
+
+    def lossy(library):
+        data = real(library)
+        for row in data["signatures"]:
+            row[0] = "renamed"  # what decoding would get back differs from the library
+        return data
+
+    monkeypatch.setattr(library_module, "encode_library", lossy)
+    for _ in range(2):
+        library, compiled = cached(library_dir, tmp_path / "cache")
+        assert compiled.builds == 1 and library == load_library([library_dir])
+    assert not list((tmp_path / "cache").glob("library-*.json"))

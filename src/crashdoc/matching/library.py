@@ -422,17 +422,18 @@ def _build(entry: dict[str, Any], base: tuple[Any, ...], lines: dict[tuple[Any, 
 
 _SIGNATURE_FIELDS = tuple(f.name for f in fields(Signature))
 _EXAMPLE_FIELDS = tuple(f.name for f in fields(Example))
+_CHANGE_FIELDS = tuple(f.name for f in fields(FlagChange))
 
 
 def encode_library(library: Library) -> dict[str, Any]:
     """Plain data (lists, dicts, strings, numbers) that `decode_library` turns back into `library`."""
 
     def example(e: Example) -> list[Any]:
-        return [e.text, e.captures, e.context, e.exit, e.note, e.line]
+        return [getattr(e, name) for name in _EXAMPLE_FIELDS]
 
     def signature(s: Signature) -> list[Any]:
         plain: dict[str, Any] = {name: getattr(s, name) for name in _SIGNATURE_FIELDS}
-        plain["changes"] = [[c.action, c.flag, c.value, c.new_flag] for c in s.changes]
+        plain["changes"] = [[getattr(c, name) for name in _CHANGE_FIELDS] for c in s.changes]
         plain["examples"] = [example(e) for e in s.examples]
         plain["near_misses"] = [example(e) for e in s.near_misses]
         return [plain[name] for name in _SIGNATURE_FIELDS]
@@ -440,6 +441,7 @@ def encode_library(library: Library) -> dict[str, Any]:
     return {
         "signature_fields": list(_SIGNATURE_FIELDS),
         "example_fields": list(_EXAMPLE_FIELDS),
+        "change_fields": list(_CHANGE_FIELDS),
         "folders": list(library.folders),
         "signatures": [signature(s) for s in library.signatures],
     }
@@ -458,7 +460,11 @@ def _encode_checked(library: Library) -> dict[str, Any] | None:
 
 def decode_library(data: dict[str, Any]) -> Library:
     """The Library `encode_library` stored; raises (KeyError, TypeError, ValueError) on anything else."""
-    if data["signature_fields"] != list(_SIGNATURE_FIELDS) or data["example_fields"] != list(_EXAMPLE_FIELDS):
+    if (
+        data["signature_fields"] != list(_SIGNATURE_FIELDS)
+        or data["example_fields"] != list(_EXAMPLE_FIELDS)
+        or data["change_fields"] != list(_CHANGE_FIELDS)
+    ):
         raise ValueError("written for other signature fields")
     at = {name: i for i, name in enumerate(_SIGNATURE_FIELDS)}
     tuples = [at[n] for n in ("roles", "flags", "exception_types")]
