@@ -101,3 +101,30 @@ def pid1(
         "MESSAGE": message,
         **extra,
     }
+
+
+def crash_loop_entries() -> list[dict[str, str | bytes]]:
+    """Two crashed runs of UNIT with SGLang's traceback and PID 1's records."""
+    entries: list[dict[str, str | bytes]] = []
+    for run in (1, 2):
+        invocation = f"{run:032x}"
+        entries += [line(text, pid=str(100 + run), invocation=invocation) for text in TRACEBACK]
+        entries += [
+            {
+                **pid1(
+                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
+                    MESSAGE_ID=EXITED,
+                    EXIT_CODE="exited",
+                    EXIT_STATUS="1",
+                ),
+                "INVOCATION_ID": invocation,
+            },
+            {
+                **pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
+                "INVOCATION_ID": invocation,
+            },
+            pid1(
+                f"{UNIT}: Scheduled restart job, restart counter is at {run}.", MESSAGE_ID=RESTART, N_RESTARTS=str(run)
+            ),
+        ]
+    return entries

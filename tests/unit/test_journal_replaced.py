@@ -16,43 +16,12 @@ from crashdoc.runtime.build import build
 from crashdoc.runtime.daemon import Daemon
 from support.e2e import free_port
 from support.journal_files import (
-    EXITED,
-    FAILED,
-    RESTART,
-    TRACEBACK,
     UNIT,
+    crash_loop_entries,
     line,
     needs_journal_remote,
-    pid1,
     write_journal,
 )
-
-
-def crash_loop() -> list[dict[str, str | bytes]]:
-    """Two runs of UNIT that died with SGLang's traceback, with PID 1's records: a crash loop."""
-    entries: list[dict[str, str | bytes]] = []
-    for run in (1, 2):
-        invocation = f"{run:032x}"
-        entries += [line(text, pid=str(100 + run), invocation=invocation) for text in TRACEBACK]
-        entries += [
-            {
-                **pid1(
-                    f"{UNIT}: Main process exited, code=exited, status=1/FAILURE",
-                    MESSAGE_ID=EXITED,
-                    EXIT_CODE="exited",
-                    EXIT_STATUS="1",
-                ),
-                "INVOCATION_ID": invocation,
-            },
-            {
-                **pid1(f"{UNIT}: Failed with result 'exit-code'.", MESSAGE_ID=FAILED, UNIT_RESULT="exit-code"),
-                "INVOCATION_ID": invocation,
-            },
-            pid1(
-                f"{UNIT}: Scheduled restart job, restart counter is at {run}.", MESSAGE_ID=RESTART, N_RESTARTS=str(run)
-            ),
-        ]
-    return entries
 
 
 def daemon(journal: Path, state: Path) -> Daemon:
@@ -83,7 +52,7 @@ def test_a_replaced_journal_starts_with_no_looping_units_and_counters_keep_their
     old, new, state = tmp_path / "old-journal", tmp_path / "new-journal", tmp_path / "state"
     old.mkdir()
     new.mkdir()
-    write_journal(old, crash_loop())
+    write_journal(old, crash_loop_entries())
     first = daemon(old, state)
     first.prepare()
     first.source.seek_head()  # read the old journal from its start, as a crashdoc that followed it did

@@ -160,19 +160,12 @@ def text_logs(paths: list[str]) -> list[tuple[str, str]] | None:
 
 
 def _diagnose_text_logs(args: argparse.Namespace, texts: list[tuple[str, str]], library: Library) -> int:
+    from crashdoc.commands.explain import print_explained
     from crashdoc.commands.pipeline import explain_texts
-    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
 
     for path, _ in texts:
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
-    several = len(texts) > 1
-    for name, diagnoses, warnings in explain_texts(texts, library):
-        if args.json:
-            print(diagnoses_json(diagnoses, warnings=warnings, **({"file": name} if several else {})))
-        else:
-            if several:
-                print(f"== {name}")
-            sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
+    print_explained(explain_texts(texts, library), as_json=args.json)
     return 0
 
 

@@ -7,10 +7,10 @@ import sys
 
 from crashdoc.commands.pipeline import explain_texts, load_library_or_fail
 from crashdoc.errors import EXIT_OK, UserError
+from crashdoc.events import Diagnosis
 
 
 def main(args: argparse.Namespace) -> int:
-    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
     from crashdoc.sources.textlog import read_sources
 
     # the input first: an empty, missing or unreadable file is said at once, before the library's
@@ -22,13 +22,19 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"cannot read {exc.filename}: {exc.strerror}") from exc
     library = load_library_or_fail(args.signatures)
-    results = explain_texts(sources, library)
-    several = len(sources) > 1
+    print_explained(explain_texts(sources, library), as_json=args.json)
+    return EXIT_OK
+
+
+def print_explained(results: list[tuple[str, list[Diagnosis], list[Diagnosis]]], *, as_json: bool) -> None:
+    """Each pasted log's diagnoses and warnings; with several logs, JSON is one object per line."""
+    from crashdoc.outputs.render import diagnoses_json, diagnoses_text
+
+    several = len(results) > 1
     for name, diagnoses, warnings in results:
-        if args.json:
+        if as_json:
             print(diagnoses_json(diagnoses, warnings=warnings, **({"file": name} if several else {})))
         else:
             if several:
                 print(f"== {name}")
             sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
-    return EXIT_OK
