@@ -132,17 +132,7 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
         return chosen
     critical = [h for h in inv.line_hits if _severity(matcher, h.match) == "critical"]
     if critical:
-        hit = _best(critical)
-        finding = Finding(
-            kind="line",
-            fingerprint=fingerprint_text(hit.match.signature_id, hit.match.line),
-            type="",
-            message=hit.match.line,
-            line=hit.match.line,
-            match=hit.match,
-            timestamp=hit.line.timestamp,
-        )
-        finding.evidence.append(hit.line.text.strip())
+        finding = _line_finding(_best(critical))
         _add_exit_evidence(finding, inv)
         return finding
     if not inv.crashed or (inv.exit_code is None and not inv.oom_killed and not inv.result):
@@ -173,14 +163,8 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
     return finding
 
 
-def _line_before(inv: Run, matcher: Matcher, dump: Traceback) -> Finding | None:
-    """The first critical line-level failure logged before a native crash dump: what made it abort."""
-    if not dump.seq:
-        return None
-    before = [h for h in inv.line_hits if h.seq and h.seq < dump.seq and _severity(matcher, h.match) == "critical"]
-    if not before:
-        return None
-    hit = _best(before)
+def _line_finding(hit: LineHit) -> Finding:
+    """A failure a line-level signature saw, as a root cause: the line is its evidence."""
     finding = Finding(
         kind="line",
         fingerprint=fingerprint_text(hit.match.signature_id, hit.match.line),
@@ -191,6 +175,17 @@ def _line_before(inv: Run, matcher: Matcher, dump: Traceback) -> Finding | None:
         timestamp=hit.line.timestamp,
     )
     finding.evidence.append(hit.line.text.strip()[:300])
+    return finding
+
+
+def _line_before(inv: Run, matcher: Matcher, dump: Traceback) -> Finding | None:
+    """The first critical line-level failure logged before a native crash dump: what made it abort."""
+    if not dump.seq:
+        return None
+    before = [h for h in inv.line_hits if h.seq and h.seq < dump.seq and _severity(matcher, h.match) == "critical"]
+    if not before:
+        return None
+    finding = _line_finding(_best(before))
     where = _innermost(dump)
     finding.evidence.append(
         f"then the process died natively ({dump.final.line}{where}): a consequence, the dump is not the cause"
