@@ -33,6 +33,14 @@ def _library_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
+def _release_args(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument(
+        "--sglang-version",
+        metavar="X",
+        help="the SGLang release that wrote the log (default: read from the unit's interpreter, or the log)",
+    )
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="crashdoc",
@@ -74,11 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
         help="do not run the unit's SGLang on the corrected command to check its arguments",
     )
     _library_args(diagnose)
+    _release_args(diagnose)
 
     explain = sub.add_parser("explain", help="diagnose pasted logs (plain, journalctl -o cat or -o short*)")
     explain.add_argument("files", nargs="*", metavar="FILE", help="log files; `-` or nothing reads stdin")
     explain.add_argument("--json", action="store_true", help="print JSON (one object per line for several files)")
     _library_args(explain)
+    _release_args(explain)
 
     demo = sub.add_parser("demo", help="boot a private systemd with crash-looping demo units and diagnose them")
     demo.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:10247")

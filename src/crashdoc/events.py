@@ -249,3 +249,6 @@ class Diagnosis:
     subsystem: str = ""  # which part of SGLang failed (the same value as `category`, kept for compatibility)
     kind: str = ""  # what kind of failure: one of KINDS
     handled: str = ""  # for a warning: why the traceback did not end the process ("" for a failure)
+    sglang_version: str | None = None  # the SGLang release the unit runs, when known
+    sglang_version_from: str | None = None  # how crashdoc knows it: the interpreter's files, the log, an option
+    version_note: str | None = None  # the matched check exists only in other releases than the unit's

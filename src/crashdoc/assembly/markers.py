@@ -39,6 +39,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("pool-end", "Memory pool end."),
     ("graph-begin", " graph begin."),
     ("nccl-work", "last enqueued NCCL work:"),  # PyTorch's watchdog: how far each rank got
+    ("sglang-version", "sglang version: "),  # SGLang's `sglang version` (cli/main.py), run by a launch script
+    ("sglang-version", "Successfully installed "),  # pip, from an ExecStartPre that installs SGLang
 )
 # Kinds that say the run is going down: a traceback before one of these was fatal, whatever followed it.
 TEARDOWN_KINDS = frozenset({"sigquit", "child-crashed", "kill-tree", "warmup-failed", "terminated", "child-failed"})
@@ -94,6 +96,17 @@ def find_marker(line: LogLine, literal: str | None = None) -> Marker | None:
         return None
     _, rank, body = split_prefix(line.text)
     return Marker(line.unit, line.pid, kind, body, line.timestamp, line.invocation, rank=rank)
+
+
+_LOGGED_RELEASE = re.compile(
+    r"sglang version: ([0-9][\w.+!-]{0,40})|Successfully installed .*?\bsglang-([0-9][\w.+!]{0,40})"
+)
+
+
+def logged_release(text: str) -> str:
+    """The SGLang release a `sglang-version` marker names ("" when the pip line installed no sglang)."""
+    m = _LOGGED_RELEASE.search(text)
+    return (m.group(1) or m.group(2)) if m else ""
 
 
 _VALUE = r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|\{[^}]*\}|[^,(){}]+)"""

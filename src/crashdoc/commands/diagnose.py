@@ -12,7 +12,7 @@ import sys
 import time
 from datetime import datetime
 
-from crashdoc.commands.pipeline import build_engine, feed, load_library_or_fail, unit_builder
+from crashdoc.commands.pipeline import build_engine, feed, load_library_or_fail, release_option, unit_builder
 from crashdoc.errors import UserError
 from crashdoc.matching.derived import load_shipped
 from crashdoc.matching.library import Library
@@ -58,9 +58,10 @@ def main(args: argparse.Namespace) -> int:
     rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
     units = UnitFilter(rules)
     library = load_library_or_fail(args.signatures)
+    release = release_option(args.sglang_version)
     texts = text_logs(args.file) if args.file and not args.directory else None
     if texts is not None:  # a pasted log saved to a file: read it as `explain` does
-        return _diagnose_text_logs(args, texts, library)
+        return _diagnose_text_logs(args, texts, library, release)
     problems = [p for p in map(journal_file_problem, args.file or ()) if p]
     if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
         raise UserError("\ncrashdoc: ".join(problems))
@@ -83,7 +84,10 @@ def main(args: argparse.Namespace) -> int:
     if watcher is not None and not watcher.connect():
         watcher = None
     engine = build_engine(
-        Matcher(library, load_shipped()), thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder()
+        Matcher(library, load_shipped()),
+        thresholds=config.thresholds,
+        role_of=units.role_of,
+        builder=unit_builder(release),
     )
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
@@ -159,13 +163,15 @@ def text_logs(paths: list[str]) -> list[tuple[str, str]] | None:
     return out
 
 
-def _diagnose_text_logs(args: argparse.Namespace, texts: list[tuple[str, str]], library: Library) -> int:
+def _diagnose_text_logs(
+    args: argparse.Namespace, texts: list[tuple[str, str]], library: Library, release: tuple[str, str] | None
+) -> int:
     from crashdoc.commands.explain import print_explained
     from crashdoc.commands.pipeline import explain_texts
 
     for path, _ in texts:
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
-    print_explained(explain_texts(texts, library), as_json=args.json)
+    print_explained(explain_texts(texts, library, release), as_json=args.json)
     return 0
 
 

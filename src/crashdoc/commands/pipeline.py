@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 
 from crashdoc.diagnosis.engine import Engine
-from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.diagnosis.report import DiagnosisBuilder, ReleaseReader
 from crashdoc.errors import UserError
 from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, Thresholds
 from crashdoc.matching.derived import load_shipped
@@ -32,19 +33,33 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
         raise UserError("the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
 
 
-def pasted_log_builder() -> DiagnosisBuilder:
-    """Pasted logs carry no unit to read a command line from: fixes are described, not applied to one."""
+def pasted_log_builder(release: tuple[str, str] | None = None) -> DiagnosisBuilder:
+    """Pasted logs carry no unit to read a command line from: fixes are described, not applied to one.
+    `release` is (version, where from) when `--sglang-version` / `--sglang-source` said which SGLang ran."""
     from crashdoc.remedy.actions import refine
 
-    return DiagnosisBuilder(refine=refine)
+    return DiagnosisBuilder(refine=refine, forced_release=release)
 
 
-def unit_builder() -> DiagnosisBuilder:
-    """Fixes applied to the unit's real launch command, with the safety checks its signature names."""
+def unit_builder(release: tuple[str, str] | None = None, release_of: ReleaseReader | None = None) -> DiagnosisBuilder:
+    """Fixes applied to the unit's real launch command, with the safety checks its signature names; the SGLang
+    release each unit runs read from its interpreter's files (`release_of`), unless `release` says it."""
     from crashdoc.remedy.actions import refine
     from crashdoc.remedy.fixes import unit_fix_synthesizer, unit_flags
+    from crashdoc.remedy.release import unit_release
 
-    return DiagnosisBuilder(unit_fix_synthesizer(), unit_flags, refine)
+    return DiagnosisBuilder(
+        unit_fix_synthesizer(), unit_flags, refine, release_of=release_of or unit_release, forced_release=release
+    )
+
+
+def release_option(version: str | None) -> tuple[str, str] | None:
+    """`--sglang-version X` as the builder takes it; a value no release could have is a UserError."""
+    if version is None:
+        return None
+    if not re.fullmatch(r"\d+(?:\.\d+){1,3}(?:(?:\.?(?:post|rc|dev|a|b))\d*)*(?:\+[\w.]+)?", version):
+        raise UserError(f"--sglang-version {version!r}: expected a release such as 0.5.23 or 0.5.10.post1")
+    return version, "--sglang-version"
 
 
 def build_engine(
@@ -75,18 +90,20 @@ def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
             on_lifecycle(event)
 
 
-def explain_text(text: str, library: Library, matcher: Matcher | None = None) -> list[Diagnosis]:
+def explain_text(
+    text: str, library: Library, matcher: Matcher | None = None, release: tuple[str, str] | None = None
+) -> list[Diagnosis]:
     """Diagnose one pasted log."""
-    return explain_text_with_warnings(text, library, matcher)[0]
+    return explain_text_with_warnings(text, library, matcher, release)[0]
 
 
 def explain_text_with_warnings(
-    text: str, library: Library, matcher: Matcher | None = None
+    text: str, library: Library, matcher: Matcher | None = None, release: tuple[str, str] | None = None
 ) -> tuple[list[Diagnosis], list[Diagnosis]]:
     """Diagnose one pasted log: (failures, tracebacks the server survived)."""
     from crashdoc.sources.textlog import parse_text
 
-    engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder())
+    engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder(release))
     parsed = parse_text(text)
     feed(engine, parsed.events)
     engine.finish()
@@ -99,7 +116,7 @@ def explain_text_with_warnings(
 
 
 def explain_texts(
-    sources: Iterable[tuple[str, str]], library: Library
+    sources: Iterable[tuple[str, str]], library: Library, release: tuple[str, str] | None = None
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
     matcher = Matcher(library, load_shipped())
-    return [(name, *explain_text_with_warnings(text, library, matcher)) for name, text in sources]
+    return [(name, *explain_text_with_warnings(text, library, matcher, release)) for name, text in sources]

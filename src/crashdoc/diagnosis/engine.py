@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
-from crashdoc.assembly.markers import SERVING_LITERALS, find_marker, parse_server_args
+from crashdoc.assembly.markers import SERVING_LITERALS, find_marker, logged_release, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis import snapshot
 from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
@@ -131,6 +131,7 @@ class Engine:
             if not inv.cmdline:
                 inv.cmdline = tuple(line.cmdline.split())  # journald joins argv with spaces: good without D-Bus
                 inv.flags = self.builder.flags_of(inv.cmdline)
+                self._read_release(inv)
         self._seq += 1
         seq = self._seq
         done = self.assembler.feed(line, seq)
@@ -153,6 +154,8 @@ class Engine:
                 inv.sglang = rec.sglang = True
                 inv.add_marker(marker)
                 return  # a very long line that no line signature is about
+            if marker.kind == "sglang-version":
+                inv.logged_release = logged_release(line.text) or inv.logged_release
             handled = inv.add_marker(marker)
             if handled:
                 self._count_handled(rec, inv, handled)
@@ -528,6 +531,7 @@ class Engine:
         if state is not None and state.exec_start:
             inv.cmdline = state.exec_start
             inv.flags = self.builder.flags_of(inv.cmdline)  # what this run starts with, before anyone edits it
+            self._read_release(inv)
         if state is not None and state.invocation == inv_id and state.active_enter_timestamp and not timestamp:
             inv.started_at = state.active_enter_timestamp
         rec.invocations[inv_id] = inv
@@ -583,6 +587,24 @@ class Engine:
         flags.update(inv.flags if inv.flags is not None else self.builder.flags_of(inv.cmdline))
         return flags
 
+    def _read_release(self, inv: Run) -> None:
+        """The SGLang release the run's interpreter imports, as the builder reads it (files, read once per run)."""
+        found = self.builder.release_of(inv.cmdline)
+        if found is not None:
+            inv.sglang_release, inv.sglang_release_from = found
+
+    def _release(self, inv: Run | None) -> tuple[str, str]:
+        """(release, where it came from) for a run: an option given to crashdoc, then what the run's own
+        output named, then its interpreter's files; ("", "") when none says."""
+        forced = self.builder.forced_release
+        if forced is not None:
+            return forced
+        if inv is not None and inv.logged_release:
+            return inv.logged_release, "the unit's log"
+        if inv is not None and inv.sglang_release:
+            return inv.sglang_release, inv.sglang_release_from
+        return "", ""
+
     def _facts(self, rec: UnitRecord, inv: Run) -> Facts:
         flags = self._flags(rec, inv)
         return Facts(
@@ -590,6 +612,7 @@ class Engine:
             model=flags.get("--model-path", "") or flags.get("--model", ""),
             disaggregation_mode=flags.get("--disaggregation-mode", ""),
             role=rec.role if rec.role != "any" else "",
+            sglang_version=self._release(inv)[0],
         )
 
     def _settle(self, rec: UnitRecord, wait_for_output: bool = False) -> None:
@@ -685,6 +708,7 @@ class Engine:
                 good.flags if good is not None else None,
                 (inv.flags if inv is not None and inv.flags is not None else facts.flags),
             )
+        release, release_from = self._release(inv)
         return UnitContext(
             unit=rec.name,
             role=rec.role,
@@ -694,6 +718,8 @@ class Engine:
             invocation=inv,
             state=rec.state,
             config_change=change,
+            sglang_version=release,
+            sglang_version_from=release_from,
         )
 
     def _build(self, rec: UnitRecord, inv: Run | None, finding: Finding, crashes: int, confidence: float) -> Diagnosis:

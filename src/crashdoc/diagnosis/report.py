@@ -35,6 +35,8 @@ FlagReader = Callable[[tuple[str, ...]], dict[str, str]]
 # Computes a signature's action from the run's own numbers (remedy.actions): may replace the fix's changes and
 # summary and say why, before the changes are applied to the unit's command. Pure: no I/O.
 FixRefiner = Callable[[Finding, "UnitContext", Fix], None]
+# a unit's command line -> (SGLang release its interpreter imports, where that was read), or None
+ReleaseReader = Callable[[tuple[str, ...]], "tuple[str, str] | None"]
 
 
 @dataclass(slots=True)
@@ -48,6 +50,8 @@ class UnitContext:
     state: UnitState | None = None
     safety: str | None = None  # the signature's `fix.safety` check, set while its fix is synthesized
     config_change: ConfigChange | None = None
+    sglang_version: str = ""  # the release the unit runs ("" when unknown)
+    sglang_version_from: str = ""  # where crashdoc read it
 
 
 def _no_fix(ctx: UnitContext, changes: list[FlagChange], fix: Fix) -> None:
@@ -56,6 +60,10 @@ def _no_fix(ctx: UnitContext, changes: list[FlagChange], fix: Fix) -> None:
 
 def _no_flags(cmdline: tuple[str, ...]) -> dict[str, str]:
     return {}
+
+
+def _no_release(cmdline: tuple[str, ...]) -> tuple[str, str] | None:
+    return None
 
 
 class DiagnosisBuilder:
@@ -67,10 +75,20 @@ class DiagnosisBuilder:
         synthesize: FixSynthesizer | None = None,
         flags_of: FlagReader | None = None,
         refine: FixRefiner | None = None,
+        *,
+        release_of: ReleaseReader | None = None,
+        forced_release: tuple[str, str] | None = None,
     ) -> None:
         self._synthesize = synthesize or _no_fix
         self._flags_of = flags_of or _no_flags
         self._refine = refine
+        self._release_of = release_of or _no_release
+        # (release, "where from"): what `--sglang-version` / `--sglang-source` said, above anything read
+        self.forced_release = forced_release
+
+    def release_of(self, cmdline: tuple[str, ...]) -> tuple[str, str] | None:
+        """The SGLang release the command's interpreter imports, and where that was read; None if unknown."""
+        return self._release_of(cmdline) if cmdline else None
 
     def flags_of(self, cmdline: tuple[str, ...]) -> dict[str, str]:
         """The command's SGLang flags under their canonical names (`--tp 8` -> `--tp-size`)."""
@@ -136,6 +154,8 @@ class DiagnosisBuilder:
             timestamp=finding.timestamp,
             config_change=ctx.config_change.as_dict() if ctx.config_change is not None else None,
             derived=derived is not None,
+            sglang_version=ctx.sglang_version or None,
+            sglang_version_from=ctx.sglang_version_from or None,
         )
 
     def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:
@@ -163,6 +183,8 @@ class DiagnosisBuilder:
             crashes=crashes,
             confidence=0.0,
             exit=exit_text,
+            sglang_version=ctx.sglang_version or None,
+            sglang_version_from=ctx.sglang_version_from or None,
         )
 
     def _fix_from_signature(

@@ -86,6 +86,9 @@ class Run:
     open_tracebacks: list[int] = field(default_factory=list)  # seqs of tracebacks whose fate is not yet known
     worded: dict[int, str] = field(default_factory=dict)  # open tracebacks whose record says SGLang went on
     tore_down: bool = False  # SGLang's teardown was logged (SIGQUIT from a child, the launcher's kill, ...)
+    sglang_release: str = ""  # the SGLang release its interpreter imports, read when the run began
+    sglang_release_from: str = ""  # where that was read
+    logged_release: str = ""  # the release its own output named ("sglang version: X", pip's "sglang-X")
 
     @property
     def ended(self) -> bool:

@@ -17,6 +17,7 @@ from urllib.parse import quote
 from crashdoc.diagnosis.engine import UnitRecord
 from crashdoc.events import Diagnosis
 from crashdoc.matching.library import Signature
+from crashdoc.outputs.render import sglang_release_text
 from crashdoc.redact import redact
 from crashdoc.remedy.fix import describe
 from crashdoc.text import clean
@@ -123,6 +124,8 @@ def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
         f"<tr><th>restarts (NRestarts)</th><td>{esc(d.restarts if d.restarts is not None else '?')}</td></tr>",
         f"<tr><th>crashes / confidence</th><td>{esc(d.crashes)} / {esc(f'{d.confidence:.2f}')}</td></tr>",
         f"<tr><th>exit</th><td>{esc(d.exit or '')}</td></tr>",
+        f"<tr><th>SGLang release</th><td>{esc(sglang_release_text(d))}</td></tr>",
+        *([f"<tr><th>version note</th><td class='crit'>{esc(d.version_note)}</td></tr>"] if d.version_note else []),
         f"<tr><th>fingerprint</th><td><code>{esc(d.fingerprint)}</code></td></tr>",
         "</table>",
         f"<h3>Root cause</h3><pre>{esc(d.root_cause.line or d.root_cause.message)}</pre>",

@@ -51,10 +51,20 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
         "timestamp": d.timestamp or None,
         "config_change": d.config_change,
         "derived": d.derived,
+        "sglang_version": d.sglang_version,
+        "sglang_version_from": d.sglang_version_from,
+        "version_note": d.version_note,
     }
     if d.handled:
         data["handled"] = d.handled
     return redact_data(data)
+
+
+def sglang_release_text(d: Diagnosis) -> str:
+    """ "0.5.23 (from /opt/venv/bin/python: .../sglang/_version.py)", or "unknown" with what would tell."""
+    if not d.sglang_version:
+        return "unknown (no interpreter or log line says; --sglang-version or --sglang-source tells crashdoc)"
+    return f"{d.sglang_version} (from {d.sglang_version_from})" if d.sglang_version_from else d.sglang_version
 
 
 def redact_data(value: Any) -> Any:
@@ -121,6 +131,9 @@ def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
         status.append(f"exit: {d.exit}")
     if status:
         lines.append("  " + "   ".join(status))
+    lines.append(f"  sglang: {sglang_release_text(d)}")
+    if d.version_note:
+        lines.append(f"  {red}version:{reset} {d.version_note}")
     lines.append(f"  root cause: {d.root_cause.line}")
     lines.append(f"  fix: {d.fix.summary}")
     for reason in d.fix.why:
