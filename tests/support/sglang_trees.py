@@ -65,7 +65,8 @@ def set_release(site: Path, release: str) -> None:
 def make_venv(root: Path, python: str = "3.11") -> Path:
     """A venv's layout (pyvenv.cfg, bin/python linked to this machine's Python); returns its site-packages."""
     (root / "bin").mkdir(parents=True, exist_ok=True)
-    (root / "pyvenv.cfg").write_text(f"home = /usr/bin\ninclude-system-site-packages = false\nversion = {python}.7\n")
+    home = os.path.dirname(os.path.realpath(sys.executable))
+    (root / "pyvenv.cfg").write_text(f"home = {home}\ninclude-system-site-packages = false\nversion = {python}.7\n")
     link = root / "bin" / "python"
     if not link.exists():
         link.symlink_to(os.path.realpath(sys.executable))

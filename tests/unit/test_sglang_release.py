@@ -222,3 +222,15 @@ def test_direct_url_json_is_data(tmp_path: Path) -> None:
     (info / "direct_url.json").write_text(json.dumps({"url": "file:///nonexistent/x", "dir_info": {"editable": True}}))
     found = find_sglang(str(tmp_path / "venv/bin/python"))
     assert (found.version, found.source) == ("0.5.23", "")
+
+
+def test_release_named_by_sglang_version_line() -> None:
+    """A launch script that runs `sglang version` first: SGLang's cli/main.py prints `sglang version: X`."""
+    host = Host()
+    host.start()
+    host.line("sglang version: 0.5.21")
+    host.line("git revision: 1a2b3c4")
+    host.line("Successfully installed requests-2.32.3")  # pip installing something else names no release
+    host.crash()
+    (d,) = host.engine.diagnoses()
+    assert (d.sglang_version, d.sglang_version_from) == ("0.5.21", "the unit's log")
