@@ -41,6 +41,7 @@ from crashdoc.events import (
     Traceback,
     UnitState,
 )
+from crashdoc.matching.derived import DerivedMatch, DerivedSignature
 from crashdoc.matching.matcher import Facts
 
 SCHEMA = "crashdoc-engine"
@@ -72,6 +73,8 @@ _RECORDS: tuple[type, ...] = (
     Fix,
     FlagChange,
     Facts,
+    DerivedMatch,
+    DerivedSignature,
     _Pending,
 )
 _ENUMS: tuple[type[Enum], ...] = (LoopState, Lifecycle)
