@@ -39,6 +39,11 @@ def _release_args(parser: argparse.ArgumentParser) -> None:
         metavar="X",
         help="the SGLang release that wrote the log (default: read from the unit's interpreter, or the log)",
     )
+    parser.add_argument(
+        "--sglang-source",
+        metavar="DIR|WHEEL",
+        help="derive signatures from this SGLang tree or wheel (read as files) and diagnose as its release",
+    )
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -11,10 +11,11 @@ import re
 import sys
 import time
 from datetime import datetime
+from pathlib import Path
 
-from crashdoc.commands.pipeline import build_engine, feed, load_library_or_fail, release_option, unit_builder
+from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail, unit_builder
 from crashdoc.errors import UserError
-from crashdoc.matching.derived import load_shipped
+from crashdoc.matching.derived import DerivedLibrary
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 
@@ -58,10 +59,11 @@ def main(args: argparse.Namespace) -> int:
     rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
     units = UnitFilter(rules)
     library = load_library_or_fail(args.signatures)
-    release = release_option(args.sglang_version)
+    cache = Path(config.state_directory) / "cache"
+    release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
     texts = text_logs(args.file) if args.file and not args.directory else None
     if texts is not None:  # a pasted log saved to a file: read it as `explain` does
-        return _diagnose_text_logs(args, texts, library, release)
+        return _diagnose_text_logs(args, texts, library, release, derived)
     problems = [p for p in map(journal_file_problem, args.file or ()) if p]
     if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
         raise UserError("\ncrashdoc: ".join(problems))
@@ -83,11 +85,20 @@ def main(args: argparse.Namespace) -> int:
     watcher = UnitWatcher(units) if live else None
     if watcher is not None and not watcher.connect():
         watcher = None
+    matcher = Matcher(library, derived)
+    release_of = None
+    if release is None:  # each unit's own release; an unshipped one is derived from its installed source now
+        from crashdoc.authoring.hostrelease import HostReleases
+
+        def use(library: DerivedLibrary) -> None:
+            matcher.derived = library
+
+        def warn(message: str) -> None:
+            print(f"crashdoc: {message}", file=sys.stderr)
+
+        release_of = HostReleases(derived, cache, on_change=use, log=warn).release_of
     engine = build_engine(
-        Matcher(library, load_shipped()),
-        thresholds=config.thresholds,
-        role_of=units.role_of,
-        builder=unit_builder(release),
+        matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder(release, release_of)
     )
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
@@ -164,14 +175,18 @@ def text_logs(paths: list[str]) -> list[tuple[str, str]] | None:
 
 
 def _diagnose_text_logs(
-    args: argparse.Namespace, texts: list[tuple[str, str]], library: Library, release: tuple[str, str] | None
+    args: argparse.Namespace,
+    texts: list[tuple[str, str]],
+    library: Library,
+    release: tuple[str, str] | None,
+    derived: DerivedLibrary,
 ) -> int:
     from crashdoc.commands.explain import print_explained
     from crashdoc.commands.pipeline import explain_texts
 
     for path, _ in texts:
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
-    print_explained(explain_texts(texts, library, release), as_json=args.json)
+    print_explained(explain_texts(texts, library, release, derived), as_json=args.json)
     return 0
 
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from crashdoc.commands.pipeline import explain_texts, load_library_or_fail, release_option
+from crashdoc.commands.pipeline import derived_setup, explain_texts, load_library_or_fail, release_option
 from crashdoc.errors import EXIT_OK, UserError
 from crashdoc.events import Diagnosis
 
@@ -13,7 +13,7 @@ from crashdoc.events import Diagnosis
 def main(args: argparse.Namespace) -> int:
     from crashdoc.sources.textlog import read_sources
 
-    release = release_option(args.sglang_version)  # a bad option is said before anything is read
+    release_option(args.sglang_version)  # a bad option is said before anything is read
     # the input first: an empty, missing or unreadable file is said at once, before the library's
     # second of loading
     paths = args.files or ["-"]
@@ -23,7 +23,8 @@ def main(args: argparse.Namespace) -> int:
     except OSError as exc:
         raise UserError(f"cannot read {exc.filename}: {exc.strerror}") from exc
     library = load_library_or_fail(args.signatures)
-    print_explained(explain_texts(sources, library, release), as_json=args.json)
+    release, derived = derived_setup(args.sglang_version, args.sglang_source)
+    print_explained(explain_texts(sources, library, release, derived), as_json=args.json)
     return EXIT_OK
 
 

@@ -14,7 +14,7 @@ from crashdoc.diagnosis.engine import Engine
 from crashdoc.diagnosis.report import DiagnosisBuilder, ReleaseReader
 from crashdoc.errors import UserError
 from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, Thresholds
-from crashdoc.matching.derived import load_shipped
+from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 
@@ -62,6 +62,26 @@ def release_option(version: str | None) -> tuple[str, str] | None:
     return version, "--sglang-version"
 
 
+def derived_setup(
+    version: str | None, source: str | None, cache: Path | None = None
+) -> tuple[tuple[str, str] | None, DerivedLibrary]:
+    """`--sglang-version` / `--sglang-source` -> (the release every diagnosis names, or None to read each unit's;
+    the derived library to match with: the shipped one, plus the source's own when given)."""
+    release = release_option(version)
+    shipped = load_shipped()
+    if source is None:
+        return release, shipped
+    from crashdoc.authoring.derive import DeriveError
+    from crashdoc.authoring.hostrelease import derive_option
+
+    try:
+        library, found = derive_option(Path(source), version, cache)
+    except DeriveError as exc:
+        raise UserError(f"--sglang-source: {exc}") from exc
+    origin = f"--sglang-source {source}" if version is None else f"--sglang-version, source {source}"
+    return ((found, origin) if found else release), shipped.merged(library)
+
+
 def build_engine(
     matcher: Matcher | Callable[[], Matcher],
     *,
@@ -75,10 +95,14 @@ def build_engine(
 
 
 def daemon_engine(
-    matcher: Callable[[], Matcher], thresholds: Thresholds, role_of: Callable[[str], str | None]
+    matcher: Callable[[], Matcher],
+    thresholds: Thresholds,
+    role_of: Callable[[str], str | None],
+    release_of: ReleaseReader | None = None,
 ) -> Engine:
-    """The daemon's engine: the current (hot-reloaded) matcher, fixes on the units' real commands."""
-    return build_engine(matcher, builder=unit_builder(), thresholds=thresholds, role_of=role_of)
+    """The daemon's engine: the current (hot-reloaded) matcher, fixes on the units' real commands, each
+    unit's SGLang release as `release_of` reads it."""
+    return build_engine(matcher, builder=unit_builder(release_of=release_of), thresholds=thresholds, role_of=role_of)
 
 
 def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
@@ -91,7 +115,10 @@ def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
 
 
 def explain_text(
-    text: str, library: Library, matcher: Matcher | None = None, release: tuple[str, str] | None = None
+    text: str,
+    library: Library,
+    matcher: Matcher | None = None,
+    release: tuple[str, str] | None = None,
 ) -> list[Diagnosis]:
     """Diagnose one pasted log."""
     return explain_text_with_warnings(text, library, matcher, release)[0]
@@ -116,7 +143,10 @@ def explain_text_with_warnings(
 
 
 def explain_texts(
-    sources: Iterable[tuple[str, str]], library: Library, release: tuple[str, str] | None = None
+    sources: Iterable[tuple[str, str]],
+    library: Library,
+    release: tuple[str, str] | None = None,
+    derived: DerivedLibrary | None = None,
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
-    matcher = Matcher(library, load_shipped())
+    matcher = Matcher(library, derived or load_shipped())
     return [(name, *explain_text_with_warnings(text, library, matcher, release)) for name, text in sources]

@@ -19,6 +19,7 @@ from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Run
 from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
 from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
+from crashdoc.matching.derived import DerivedMatch, release_range
 from crashdoc.matching.flagnames import canonical, canonical_flags
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
@@ -123,8 +124,9 @@ class DiagnosisBuilder:
             evidence.insert(0, ctx.config_change.summary())
         if derived is not None:
             evidence.append(derived.signature.evidence(derived.known))
-            if derived.in_release is False:
-                evidence.append(f"this check is not in the unit's SGLang release {ctx.facts.sglang_version}")
+        note = version_note(finding.derived, ctx.sglang_version)
+        if note is not None:
+            evidence.append(note)
         # systemd's restart count is `restarts`, kept current; a copy here would go stale as the loop goes on
         if crashes > 1:
             evidence.append(f"{crashes} crashes in this loop share this root cause (confidence {confidence:.2f})")
@@ -156,6 +158,7 @@ class DiagnosisBuilder:
             derived=derived is not None,
             sglang_version=ctx.sglang_version or None,
             sglang_version_from=ctx.sglang_version_from or None,
+            version_note=note,
         )
 
     def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:
@@ -220,6 +223,23 @@ class DiagnosisBuilder:
         if changes:
             self._synthesize(replace(ctx, safety=sig.safety) if sig.safety else ctx, changes, fix)
         return fix
+
+
+def version_note(match: DerivedMatch | None, release: str) -> str | None:
+    """`this check exists in 0.5.10-0.5.14; the unit runs 0.5.23` (the range with an en dash) when the message
+    that matched is raised only by other releases than the unit's: a clue in itself (a launch script or an
+    install left from another release). Said only of a release the derived library knows (shipped, or
+    derived from the host's tree): of one it has not read, nothing can be said."""
+    if match is None or match.in_release is not False or not release:
+        return None
+    known = match.known or match.signature.releases
+    if release not in known:
+        return None
+    where = release_range(match.signature.releases, known)
+    return (
+        f"this check exists in {where}; the unit runs {release} "
+        "(a launch script or an install left from another release?)"
+    )
 
 
 def _unknown_title(finding: Finding) -> str:

@@ -6,11 +6,13 @@ import threading
 from collections.abc import Callable
 from pathlib import Path
 
+from crashdoc.authoring.hostrelease import HostReleases, derive_in_child
 from crashdoc.config import Config, parse_listen
 from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.report import ReleaseReader
 from crashdoc.events import Thresholds
 from crashdoc.matching.cache import CompiledCache
-from crashdoc.matching.derived import load_shipped
+from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import builtin_signature_dirs
 from crashdoc.matching.matcher import Matcher
 from crashdoc.matching.reload import LibraryHolder
@@ -29,9 +31,9 @@ from crashdoc.sources.files import UnitFilesWatcher
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.sources.units import UnitWatcher
 
-# (the current matcher, thresholds, role of a unit) -> the engine; commands/pipeline.py makes the one
-# `run`, `diagnose` and `explain` share
-EngineFactory = Callable[[Callable[[], Matcher], Thresholds, Callable[[str], str | None]], Engine]
+# (the current matcher, thresholds, role of a unit, the SGLang release of a command line) -> the engine;
+# commands/pipeline.py makes the one `run`, `diagnose` and `explain` share
+EngineFactory = Callable[[Callable[[], Matcher], Thresholds, Callable[[str], str | None], ReleaseReader], Engine]
 
 
 def build(config: Config, make_engine: EngineFactory, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
@@ -46,14 +48,15 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     )
     own = own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
-    engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of)
+    releases = host_releases(config, holder)
+    engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of, releases.release_of)
     source = JournalSource(units, directory=config.journal_directory)
     store = CursorStore(config.state_directory)
     watcher = UnitWatcher(units) if config.dbus else None
     health = Health()
     lock = threading.Lock()
     verifier = FixVerifier(on_done=lambda unit, text: log(f"{unit}: fix {text}"))
-    view = HttpView(engine, holder, lock, health, store, watcher, config, verifier=verifier)
+    view = HttpView(engine, holder, lock, health, store, watcher, config, verifier=verifier, releases=releases)
     recorder = JournalRecorder(runbook_url=view.runbook_url)
     effects = Effects(recorder, health, verifier=verifier, units=engine.units)
     am = config.alertmanager
@@ -109,6 +112,25 @@ def bound_malloc(threshold: int = 128 * 1024) -> None:
 
 def library_cache_dir(config: Config) -> Path:
     return Path(config.state_directory) / "cache"
+
+
+def host_releases(config: Config, holder: LibraryHolder) -> HostReleases:
+    """Each unit's SGLang release, read from its interpreter's files; a release the package does not ship is
+    derived from the unit's installed source in a child process, cached in `<state_directory>/cache`, and
+    joins the matcher's derived signatures when ready (diagnoses from then on use it)."""
+
+    def use(library: DerivedLibrary) -> None:
+        holder.derived = library  # kept across library reloads
+        holder.matcher.derived = library  # one attribute: the engine's thread sees the old or the new
+
+    return HostReleases(
+        holder.derived if holder.derived is not None else load_shipped(),
+        library_cache_dir(config),
+        derive=derive_in_child,
+        background=True,
+        on_change=use,
+        log=log,
+    )
 
 
 def library_folders(config: Config) -> list[Path]:

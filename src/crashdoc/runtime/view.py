@@ -8,6 +8,7 @@ import threading
 from dataclasses import dataclass
 from typing import Any
 
+from crashdoc.authoring.hostrelease import HostReleases
 from crashdoc.config import Config
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.matching.library import Signature
@@ -32,6 +33,7 @@ class HttpView:
     registry: Any = None  # the prometheus_client registry, made when the daemon prepares
     scheme: str = "http"  # of the default links: "https" when the web configuration turns TLS on
     verifier: FixVerifier | None = None  # fix.verified, from SGLang's argument checks run on their own thread
+    releases: HostReleases | None = None  # the units' SGLang releases and the trees derived for them
 
     def metrics(self) -> bytes:
         return exposition(self.registry)
@@ -85,6 +87,14 @@ class HttpView:
             "last_state_error": self.store.last_error,
             "last_dbus_error": self.watcher.last_error if self.watcher else "disabled",
         }
+        if self.releases is not None:
+            # a tree that cannot be read or derived is a warning here, never a failed check: shipped ones answer
+            detail["sglang_trees"] = [
+                {"release": t.release, "source": t.source, "status": t.status, "signatures": t.signatures}
+                | ({"problem": t.problem} if t.problem else {})
+                for t in self.releases.tree_states()
+            ]
+            detail["sglang_warnings"] = self.releases.warning_list()
         return True, detail
 
     def runbook_url(self, signature: str | None, unit: str) -> str:

@@ -36,6 +36,8 @@ Environment variables for what flags cannot express:
   HiCache pool, ``FAKE_SGLANG_HOST_OOM_MB`` per rank, default 1024, so that a unit's ``MemoryMax=``
   gets it OOM-killed; the launcher then raises ``Rank N scheduler died during initialization (exit
   code: -9) ...`` and exits 1), or ``none``.
+- ``FAKE_SGLANG_RAISE="ValueError: <message>"``: the launcher's flag resolution raises that (a check of
+  another release, taken from its source by the test), a plain uncaught traceback, exit status 1.
 - ``FAKE_SGLANG_BATCH_INTERVAL`` (default 2.0): seconds between batch lines.
 - ``FAKE_SGLANG_KILL_GRACE`` (default 1 s + 0.5 s per extra rank): how long the launcher's SIGQUIT
   handler lets sibling ranks finish their own traceback before the kill (real ranks fail within
@@ -264,8 +266,17 @@ def serving_hook(args: argparse.Namespace) -> None:
         raise ValueError("--ssl-keyfile requires --ssl-certfile to be specified as well.")
 
 
+def validation_hook(args: argparse.Namespace) -> None:
+    """FAKE_SGLANG_RAISE="ValueError: <message>": a check of another SGLang release, raised as SGLang's hooks do
+    (the message must come from that release's source: tests take it from the tree they install)."""
+    forced = os.environ.get("FAKE_SGLANG_RAISE", "")
+    kind, sep, message = forced.partition(": ")
+    if sep and kind in ("ValueError", "AssertionError", "RuntimeError"):
+        raise {"ValueError": ValueError, "AssertionError": AssertionError, "RuntimeError": RuntimeError}[kind](message)
+
+
 def run_resolution_pipeline(args: argparse.Namespace) -> None:
-    for hook in (serving_hook, kv_cache_hook, kv_shard_hook):
+    for hook in (serving_hook, kv_cache_hook, kv_shard_hook, validation_hook):
         hook(args)
 
 
