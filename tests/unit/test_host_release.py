@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from crashdoc.authoring.derive import DeriveError, derive_source
-from crashdoc.authoring.hostrelease import CACHE_SCHEMA, HostReleases, cache_file, tree_digest
+from crashdoc.authoring.hostrelease import CACHE_SCHEMA, HostReleases, cache_file, derive_in_child, tree_digest
 from crashdoc.commands.pipeline import explain_text, load_library_or_fail
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.diagnosis.report import DiagnosisBuilder
@@ -230,3 +230,13 @@ def test_state_with_a_derived_answer_is_saved_and_restored() -> None:
         "0.5.23",
         before.evidence,
     )
+
+
+def test_derive_in_a_child_process(tmp_path: Path) -> None:
+    _, site = venv_with_release(tmp_path / "venv", "0.5.94")
+    library = derive_in_child(site / "sglang", "0.5.94", tmp_path / "cache/x.json")
+    assert library.releases == ("0.5.94",)
+    match = library.match(MESSAGE, "ValueError", "0.5.94")
+    assert match is not None and match.in_release is True
+    with pytest.raises(DeriveError, match="nowhere"):
+        derive_in_child(tmp_path / "nowhere", "0.5.94", tmp_path / "cache/y.json")

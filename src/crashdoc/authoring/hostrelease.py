@@ -108,10 +108,11 @@ def derive_in_process(source: Path, release: str, out: Path) -> DerivedLibrary:
 
 
 def derive_in_child(source: Path, release: str, out: Path) -> DerivedLibrary:
-    """Derive in a child Python (this crashdoc), which writes `out`: the miner's memory goes with the child.
-    Its failure is a DeriveError here, with the child's last line."""
+    """Derive in a child Python (this crashdoc), which writes a scratch file: the miner's memory goes with the
+    child, and the caller caches the result (`out` is where it will). Its failure is a DeriveError here, with
+    the child's last line."""
     with tempfile.TemporaryDirectory(prefix="crashdoc-derive-") as scratch:
-        target = out if out.suffix == ".json" else Path(scratch, "derived.json")
+        target = Path(scratch, "derived.json")
         cmd = [sys.executable, "-m", "crashdoc.authoring.hostrelease", str(source), release, str(target)]
         env = dict(os.environ)
         env["PYTHONPATH"] = os.pathsep.join(
@@ -277,11 +278,11 @@ class HostReleases:
         )
 
     def _merge(self, key: tuple[str, str], library: DerivedLibrary, cached: bool) -> None:
+        # under the lock, on_change included: two trees finishing together must not hand over out of order
         with self._lock:
             self._library = self._library.merged(library)
             self.trees[key] = TreeState(key[0], key[1], "cached" if cached else "derived", len(library))
-            merged = self._library
-        self._on_change(merged)
+            self._on_change(self._library)
 
     def known(self) -> tuple[str, ...]:
         return tuple(sorted(self.library.releases, key=release_key))
