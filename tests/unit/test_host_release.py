@@ -18,6 +18,7 @@ from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.matching.derived import DerivedLibrary, load_shipped, release_range
 from crashdoc.matching.matcher import Matcher
 from support.engine_driver import Host
+from support.journal_files import TRACEBACK, UNIT, line, needs_journal_remote, pid1, write_journal
 from support.sglang_trees import VERSION_FILES, make_venv, set_release, unpack
 
 CHECK_FILE = "sglang/srt/arg_groups/validation_hook.py"
@@ -240,3 +241,22 @@ def test_derive_in_a_child_process(tmp_path: Path) -> None:
     assert match is not None and match.in_release is True
     with pytest.raises(DeriveError, match="nowhere"):
         derive_in_child(tmp_path / "nowhere", "0.5.94", tmp_path / "cache/y.json")
+
+
+@needs_journal_remote
+def test_diagnose_journal_files_does_not_read_this_hosts_disk(tmp_path: Path) -> None:
+    """Copied journal files come from another host: the interpreter their _CMDLINE names is not read here
+    (this host may hold another SGLang at the same path); the log or --sglang-version still say the release."""
+    python, _ = venv_with_release(tmp_path / "venv", "0.5.93")
+    cmdline = f"{python} -m sglang.launch_server --model-path m --tp 2"
+    entries: list[dict[str, str | bytes]] = [line(TRACEBACK[0], pid="101", _CMDLINE=cmdline)]
+    entries += [line(text, pid="101") for text in TRACEBACK[1:]]
+    entries.append(pid1(f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", EXIT_CODE="exited"))
+    journal = write_journal(tmp_path, entries)
+    r = crashdoc("diagnose", "--file", str(journal), "--json")
+    assert r.returncode == 0, r.stderr
+    (d,) = json.loads(r.stdout)["diagnoses"]
+    assert d["sglang_version"] is None
+    r = crashdoc("diagnose", "--file", str(journal), "--json", "--sglang-version", "0.5.12")
+    (d,) = json.loads(r.stdout)["diagnoses"]
+    assert (d["sglang_version"], d["sglang_version_from"]) == ("0.5.12", "--sglang-version")

@@ -14,6 +14,7 @@ from datetime import datetime
 from pathlib import Path
 
 from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail, unit_builder
+from crashdoc.diagnosis.report import ReleaseReader
 from crashdoc.errors import UserError
 from crashdoc.matching.derived import DerivedLibrary
 from crashdoc.matching.library import Library
@@ -86,8 +87,8 @@ def main(args: argparse.Namespace) -> int:
     if watcher is not None and not watcher.connect():
         watcher = None
     matcher = Matcher(library, derived)
-    release_of = None
-    if release is None:  # each unit's own release; an unshipped one is derived from its installed source now
+    release_of: ReleaseReader = _not_read  # copied journal files: this host's disk says nothing of theirs
+    if release is None and live:  # each unit's own release; an unshipped one is derived from its installed source
         from crashdoc.authoring.hostrelease import HostReleases
 
         def use(library: DerivedLibrary) -> None:
@@ -188,6 +189,10 @@ def _diagnose_text_logs(
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
     print_explained(explain_texts(texts, library, release, derived), as_json=args.json)
     return 0
+
+
+def _not_read(cmdline: tuple[str, ...]) -> tuple[str, str] | None:
+    return None
 
 
 def _unit_name(name: str) -> str:
