@@ -13,10 +13,12 @@ import pytest
 from crashdoc.authoring.derive import DeriveError, derive_source
 from crashdoc.authoring.hostrelease import CACHE_SCHEMA, HostReleases, cache_file, derive_in_child, tree_digest
 from crashdoc.commands.pipeline import explain_text, load_library_or_fail
-from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.engine import Engine, EngineEvent
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.matching.derived import DerivedLibrary, load_shipped, release_range
 from crashdoc.matching.matcher import Matcher
+from crashdoc.outputs.alerts import alert_annotations
+from crashdoc.outputs.journal_records import JournalRecorder
 from support.engine_driver import Host
 from support.journal_files import TRACEBACK, UNIT, line, needs_journal_remote, pid1, write_journal
 from support.sglang_trees import VERSION_FILES, make_venv, set_release, unpack
@@ -260,3 +262,16 @@ def test_diagnose_journal_files_does_not_read_this_hosts_disk(tmp_path: Path) ->
     r = crashdoc("diagnose", "--file", str(journal), "--json", "--sglang-version", "0.5.12")
     (d,) = json.loads(r.stdout)["diagnoses"]
     assert (d["sglang_version"], d["sglang_version_from"]) == ("0.5.12", "--sglang-version")
+
+
+def test_release_in_alerts_and_journal_records() -> None:
+    shipped = load_shipped()
+    latest = shipped.releases[-1]
+    (d,) = explain_text(traceback_log(OLD_MESSAGE), LIBRARY, Matcher(LIBRARY, shipped), (latest, "--sglang-version"))
+    description = alert_annotations("sglang-prefill.service", d, "")["description"]
+    assert f"SGLang: {latest} (this check exists in " in description
+    sent: list[dict[str, str]] = []
+    recorder = JournalRecorder(send=lambda **fields: sent.append(fields))
+    recorder.record(EngineEvent("loop-started", "sglang-prefill.service", 1.0, d))
+    assert sent[0]["CRASHDOC_SGLANG_VERSION"] == latest
+    assert sent[0]["CRASHDOC_VERSION_NOTE"] == d.version_note

@@ -83,6 +83,10 @@ class JournalRecorder:
                 fields["CRASHDOC_NRESTARTS"] = str(d.restarts)
             if d.fix.command:
                 fields["CRASHDOC_FIXED_COMMAND"] = d.fix.command
+            if d.sglang_version:
+                fields["CRASHDOC_SGLANG_VERSION"] = d.sglang_version
+            if d.version_note:
+                fields["CRASHDOC_VERSION_NOTE"] = d.version_note
         fields["MESSAGE"] = _message(event)
         fields = {k: redact(v) for k, v in fields.items()}
         try:
