@@ -234,3 +234,15 @@ def test_release_named_by_sglang_version_line() -> None:
     host.crash()
     (d,) = host.engine.diagnoses()
     assert (d.sglang_version, d.sglang_version_from) == ("0.5.21", "the unit's log")
+
+
+def test_bash_c_string_that_activates_a_venv(tmp_path: Path) -> None:
+    site = make_venv(tmp_path / "venv")
+    unpack(site)
+    set_release(site, "0.5.98")
+    argv = ["/bin/bash", "-lc", f"source {tmp_path}/venv/bin/activate && exec python3 -m sglang.launch_server --tp 2"]
+    found = unit_install(argv)
+    assert found is not None and found.version == "0.5.98"
+    # the same command without the activation runs the system's python3, whose import path has no such tree
+    found = unit_install(["/bin/bash", "-lc", "exec python3 -m sglang.launch_server --tp 2"])
+    assert found is not None and found.version != "0.5.98"
