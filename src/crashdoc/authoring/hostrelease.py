@@ -24,14 +24,14 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from crashdoc.authoring.derive import DeriveError, derive_source
-from crashdoc.matching.derived import DerivedLibrary, dumps, loads, release_key
+from crashdoc.matching.derived import DerivedLibrary, dumps, loads
 from crashdoc.remedy.commandline import Reader, read_text_file
 from crashdoc.remedy.release import unit_install
 from crashdoc.sources.sglang_install import SglangInstall, from_source
 
 CACHE_SCHEMA = "crashdoc-derived-tree"
 CACHE_VERSION = 1
-MAX_TREE_FILES = 50_000  # SGLang 0.5.23 has ~3,500 .py files; a folder far larger is not an SGLang tree
+MAX_TREE_FILES = 50_000  # SGLang 0.5.23 has ~4,700 .py files; a folder far larger is not an SGLang tree
 DERIVE_TIMEOUT = 900.0  # seconds for a child deriving one tree (0.5.23: about 6 s on one core)
 MAX_WARNINGS = 20
 _TREE_PROBLEMS = ("broken ", "mixed install", "cannot read")
@@ -197,6 +197,7 @@ class HostReleases:
         self.trees: dict[tuple[str, str], TreeState] = {}
         self.warnings: list[str] = []
         self._threads: list[threading.Thread] = []
+        self._one_at_a_time = threading.Lock()  # one child at a time: each holds a whole tree's AST for seconds
 
     @property
     def library(self) -> DerivedLibrary:
@@ -246,12 +247,6 @@ class HostReleases:
         else:
             self._derive_tree(key)
 
-    def add_tree(self, source: Path, release: str) -> DerivedLibrary:
-        """`--sglang-source`: derive (or read from the cache) now; DeriveError for a tree that cannot be."""
-        library, cached = derived_for(source, release, self.cache, self._derive)
-        self._merge((release, str(source)), library, cached)
-        return library
-
     def wait(self, timeout: float | None = None) -> None:
         """Join the derivations started so far (one-shot commands and tests)."""
         for thread in list(self._threads):
@@ -260,7 +255,8 @@ class HostReleases:
     def _derive_tree(self, key: tuple[str, str]) -> None:
         release, source = key
         try:
-            library, cached = derived_for(Path(source), release, self.cache, self._derive)
+            with self._one_at_a_time:
+                library, cached = derived_for(Path(source), release, self.cache, self._derive)
         except DeriveError as exc:
             with self._lock:
                 self.trees[key] = TreeState(release, source, "failed", problem=str(exc))
@@ -283,9 +279,6 @@ class HostReleases:
             self._library = self._library.merged(library)
             self.trees[key] = TreeState(key[0], key[1], "cached" if cached else "derived", len(library))
             self._on_change(self._library)
-
-    def known(self) -> tuple[str, ...]:
-        return tuple(sorted(self.library.releases, key=release_key))
 
     def tree_states(self) -> list[TreeState]:
         with self._lock:
