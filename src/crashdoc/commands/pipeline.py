@@ -148,5 +148,5 @@ def explain_texts(
     release: tuple[str, str] | None = None,
     derived: DerivedLibrary | None = None,
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
-    matcher = Matcher(library, derived or load_shipped())
+    matcher = Matcher(library, derived if derived is not None else load_shipped())  # `or` would load it (len)
     return [(name, *explain_text_with_warnings(text, library, matcher, release)) for name, text in sources]
