@@ -23,12 +23,17 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+from crashdoc.events import LogLine
+from crashdoc.text import terminal_safe
+
 SOURCE = Path(__file__).with_name("fastread.c")
 RETRY_FAILED_AFTER = 24 * 3600
 # read_batch(reader, limit, stop units, processes, max message bytes) -> (lines, status, errors)
-Lines = list[tuple[Any, str, float]]
+Lines = list[LogLine]
 BatchReader = Callable[[Any, int, tuple[bytes, ...], dict[Any, Any], int], tuple[Lines, int, int]]
 LIMIT, AT_END, STOPPED = 0, 1, 2
+# the LogLine fields fastread.c sets, in its order: the C code builds the lines through these slots
+LINE_FIELDS = ("unit", "pid", "text", "timestamp", "invocation", "cmdline")
 
 
 def batch_reader(reader: Any, folder: Path | None) -> BatchReader | None:
@@ -51,11 +56,30 @@ def batch_reader(reader: Any, folder: Path | None) -> BatchReader | None:
         threshold = lib.crashdoc_reader_threshold
         threshold.argtypes = (ctypes.py_object,)
         threshold.restype = ctypes.c_long
+        setup = lib.crashdoc_setup
+        setup.argtypes = (ctypes.py_object,) * 4
+        setup.restype = ctypes.c_int
     except (OSError, AttributeError):
         return None
+    if not _line_slots_match() or setup(LogLine, _line_slots(), terminal_safe, "") != 0:
+        return None  # LogLine changed shape: the C code would build incomplete lines
     if threshold(reader) != reader.data_threshold:  # the pointer is not what it should be: never use it
         return None
     return read
+
+
+def _line_slots_match() -> bool:
+    import dataclasses
+    import types
+
+    names = tuple(f.name for f in dataclasses.fields(LogLine))
+    return names == LINE_FIELDS and all(
+        isinstance(LogLine.__dict__.get(n), types.MemberDescriptorType) for n in LINE_FIELDS
+    )
+
+
+def _line_slots() -> tuple[Any, ...]:
+    return tuple(LogLine.__dict__[n] for n in LINE_FIELDS)
 
 
 def _built(folder: Path) -> Path | None:

@@ -39,6 +39,9 @@ MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost
 TRIM_CHECK_EVERY = 2_000  # entries stepped between two looks at how many file pages are mapped
 # release the journal pages once this many bytes of file pages were mapped since (8 MB: catch-up peak ~72 MB)
 TRIM_ABOVE = 4 << 20
+# `diagnose` (read once, then exit): 16x looser (64 MB), since each release costs the page faults of
+# touching the current windows again, and clean shared file pages are cheap in a short-lived process
+TRIM_ONCE_FACTOR = 16
 _MADV_DONTNEED = 4
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _INIT_SCOPE = b"init.scope"
@@ -111,6 +114,7 @@ class JournalSource:
             self.reader = journal.Reader()
         self.reader.data_threshold = 64 * 1024
         self.stats = ReadStats()
+        self._trim_factor = TRIM_ONCE_FACTOR if once else 1
         self._mapped_after_release = _mapped_bytes()  # file-backed resident bytes after the last release
         self.at_end = False  # the last read() reached the newest entry
         self.cursor_gone = False  # seek_cursor(): the saved entry is gone, reading resumed after it
@@ -328,10 +332,7 @@ class JournalSource:
             if errors:
                 stats.errors += errors
                 stats.last_error = "unreadable entry"
-            for process, text, timestamp in entries:
-                if not text.isprintable():
-                    text = terminal_safe(text)
-                append(LogLine(process[0], process[1], text, timestamp, process[2], ""))
+            events += entries  # LogLines, built and made terminal-safe in C
             lines += len(entries)
             if status == STOPPED:  # the reader sits on an entry to read the slow way
                 try:
@@ -407,7 +408,7 @@ class JournalSource:
         release, however large the entries (a flood of 48K lines maps far more per entry); once
         caught up, release whatever was mapped."""
         grown = _mapped_bytes() - self._mapped_after_release
-        if grown > TRIM_ABOVE or (self.at_end and grown > TRIM_ABOVE // 8):
+        if grown > TRIM_ABOVE * self._trim_factor or (self.at_end and grown > TRIM_ABOVE // 8):
             release_journal_pages()
             self._mapped_after_release = _mapped_bytes()
 
