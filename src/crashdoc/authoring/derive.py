@@ -32,7 +32,7 @@ from pathlib import Path
 from crashdoc.authoring.mine import MineError, Statement, locate, mine_tree
 from crashdoc.authoring.mine.base import ENV, FLAG, SCHEMA_FLAG
 from crashdoc.authoring.mine.candidates import pattern_and_example
-from crashdoc.authoring.mine.templates import Part
+from crashdoc.authoring.mine.templates import Part, display
 from crashdoc.events import FlagChange
 from crashdoc.matching.derived import DerivedLibrary, DerivedSignature, library_of, signature_id
 from crashdoc.matching.flagnames import canonical
@@ -158,16 +158,7 @@ def derive_one(statement: Statement, release: str) -> DerivedSignature | None:
 
 def braces(parts: Sequence[Part]) -> str:
     """The template as text with `{}` for each hole; branches as `(a|b)`, appended text as `[a]`."""
-    out: list[str] = []
-    for part in parts:
-        if isinstance(part, str):
-            out.append(part)
-        elif part.choices:
-            body = "|".join(braces(c) for c in part.choices)
-            out.append(f"[{body}]" if part.optional else f"({body})")
-        else:
-            out.append("{}")
-    return "".join(out)
+    return display(parts, lambda part: "{}")
 
 
 def bounded(pattern: str) -> str:

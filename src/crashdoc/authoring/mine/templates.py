@@ -6,7 +6,7 @@ import ast
 import dataclasses
 import re
 import string
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 
 from crashdoc.authoring.mine.base import ENV, FLAG, MAX_CHOICES, MAX_RESOLVE_DEPTH
@@ -43,7 +43,7 @@ class Template:
 
     @property
     def display(self) -> str:
-        return _display(self.parts)
+        return display(self.parts)
 
     @property
     def gaps(self) -> tuple[str, ...]:
@@ -110,16 +110,17 @@ def _literal(parts: Iterable[Part]) -> str:
     return "".join(out)
 
 
-def _display(parts: Iterable[Part]) -> str:
+def display(parts: Iterable[Part], hole: Callable[[Hole], str] = lambda p: "{" + p.expr + "}") -> str:
+    """The template as text: each hole as `hole` writes it, branches as `(a|b)`, appended text as `[a]`."""
     out: list[str] = []
     for p in parts:
         if isinstance(p, str):
             out.append(p)
         elif p.choices:
-            body = "|".join(_display(c) for c in p.choices)
+            body = "|".join(display(c, hole) for c in p.choices)
             out.append(f"[{body}]" if p.optional else f"({body})")
         else:
-            out.append("{" + p.expr + "}")
+            out.append(hole(p))
     return "".join(out)
 
 
