@@ -29,7 +29,7 @@ from crashdoc.remedy.verify import (
     verify_fix,
 )
 from support.journal_files import EXITED, FAILED, line, needs_journal_remote, pid1, write_journal
-from support.sglang_env import fake_sglang_tree, sglang_python, tiny_model
+from support.sglang_env import answering_interpreter, fake_sglang_tree, requests_seen, sglang_python, tiny_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "families"
 
@@ -53,7 +53,7 @@ def test_a_check_that_hangs_is_cut_off(tmp_path: Path) -> None:
     slow.write_text("#!/bin/sh\nexec sleep 30\n")
     slow.chmod(0o755)
     result = verify_argv(str(slow), ["--model-path", "x"], timeout=0.5)
-    assert result.text == "not verified: SGLang's argument checks did not answer within 0.5 s"
+    assert result.text == "not verified: SGLang did not import within 0.5 s"
 
 
 def _fake(tmp_path: Path, args: list[str], server_args: str | None = None) -> str:
@@ -210,17 +210,8 @@ def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> 
     from crashdoc.runtime.view import HttpView
 
     unit = "sglang-decode.service"
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
+    python = answering_interpreter(tmp_path / "venv" / "bin")
     exec_start = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--mem-fraction-static", "0.9")
-    calls: list[list[str]] = []
-
-    def child(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        calls.append(argv)
-        answer = 'CRASHDOC-VERIFY {"status": "passed", "version": "0.5.23"}'
-        return subprocess.CompletedProcess(argv, 0, stdout="noise\n" + answer + "\n", stderr="")
 
     engine = build_engine(Matcher(load_library_or_fail(None)), builder=unit_builder())
     engine.on_unit_state(UnitState(unit, active_state="activating", exec_start=exec_start))
@@ -234,12 +225,13 @@ def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> 
         )
         engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.FAILED, invocation=run, result="exit-code"))
         engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.RESTART_SCHEDULED, invocation=run, n_restarts=1))
-    verifier = FixVerifier(run=child)
+    verifier = FixVerifier()
     recorder = type("Recorder", (), {"written": 0, "last_error": "", "seen": set(), "record": lambda s, e: True})()
     effects = Effects(recorder, Health(), verifier=verifier, units=engine.units, quiet_when_recorded=True)
     effects.emit(engine.events(), dict)
     verifier.stop()
-    assert calls and calls[0][0] == str(python) and "--mem-fraction-static" in calls[0]
+    [request] = requests_seen(python.parent)  # the unit's own interpreter was asked, with the corrected command
+    assert "--mem-fraction-static" in request["argv"]
     view = HttpView(engine, None, threading.Lock(), Health(), None, None, None, verifier=verifier)  # type: ignore[arg-type]
     [d] = json.loads(view.diagnoses_json(unit))["diagnoses"]
     assert d["fix"]["verified"] == "the corrected command passes SGLang 0.5.23's argument checks"
@@ -259,10 +251,7 @@ def test_diagnose_checks_each_distinct_corrected_command_once(tmp_path: Path) ->
     from crashdoc.events import Diagnosis, Fix, RootCause, Thresholds, UnitState
     from crashdoc.remedy.verify import verify_diagnoses
 
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
+    python = answering_interpreter(tmp_path / "venv" / "bin")
     argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m")
     units = {
         name: UnitRecord(name, "any", LoopTracker(name, Thresholds()), state=UnitState(name, exec_start=argv))
@@ -274,15 +263,9 @@ def test_diagnose_checks_each_distinct_corrected_command_once(tmp_path: Path) ->
         cause = RootCause("ValueError", "x", "ValueError: x")
         return Diagnosis(unit, None, "t", "memory", "critical", cause, [], Fix("s", list(changes)), "f")
 
-    calls: list[list[str]] = []
-
-    def child(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        calls.append(argv)
-        return subprocess.CompletedProcess(argv, 0, 'CRASHDOC-VERIFY {"status": "passed", "version": "0.5.23"}\n', "")
-
     found = [diagnosis("a.service", change), diagnosis("b.service", change), diagnosis("a.service", [])]
-    checked = verify_diagnoses(found, units, run=child)
-    assert len(calls) == 1  # the same command, the same change: one child
+    checked = verify_diagnoses(found, units)
+    assert len(requests_seen(python.parent)) == 1  # the same command, the same change: one check
     assert [d.fix.verified for d in checked] == [
         "the corrected command passes SGLang 0.5.23's argument checks",
         "the corrected command passes SGLang 0.5.23's argument checks",
