@@ -269,6 +269,8 @@ def _option_from_call(
         else long[0].lstrip("-").replace("-", "_")
     )
     action = _action(kw.get("action"))
+    if action == "store_const" and "choices" in kw:  # a deprecated spelling that still takes its one value
+        action = "store"
     choices = names.evaluate(kw["choices"]) if "choices" in kw else None
     default: Any = None
     if "default" in kw:
@@ -410,7 +412,15 @@ def _option_from_field(
         action = _action(kw["action"])
         if action == "boolean-optional":
             flags = (*flags, *("--no-" + f[2:] for f in flags if f.startswith("--")))
-        return Option(field, flags, "bool" if action != "store" else "str", choices, default, nargs, action, False)
+        extra = kw.get("action_kwargs")
+        more = (
+            {k.value: v for k, v in zip(extra.keys, extra.values, strict=True) if isinstance(k, ast.Constant)}
+            if (isinstance(extra, ast.Dict))
+            else {}
+        )
+        switch = action in ("boolean-optional", "store_true", "store_false", "store_const")
+        type_name = "bool" if switch else _type_name(more.get("type")) if "type" in more else _plain_type(node)
+        return Option(field, flags, type_name, choices, default, nargs or _nargs(more.get("nargs")), action, False)
     if kind == "literal":
         literal = names.evaluate(node.slice) if isinstance(node, ast.Subscript) else UNKNOWN
         values = literal if isinstance(literal, list) else [literal] if literal is not UNKNOWN else None

@@ -59,9 +59,7 @@ class Option:
     @property
     def switch(self) -> bool:
         """Takes no value on the command line."""
-        return self.action in ("store_true", "store_false", "boolean-optional", "store_const") or (
-            self.type == "bool" and self.action != "store"
-        )
+        return self.action in ("store_true", "store_false", "boolean-optional", "store_const")
 
     @property
     def many(self) -> bool:
