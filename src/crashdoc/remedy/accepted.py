@@ -1,0 +1,191 @@
+"""The remedy stage after the engine: each diagnosis's fix searched for one SGLang accepts.
+
+The engine diagnoses; this stage takes its diagnoses and the command that failed (a unit's, a pasted one, or
+`--command`) and replaces each flag fix by what `search.accepted_fix` found: checked by SGLang when an
+interpreter may be run, ranked with the release's argument facts when not. The engine's own records are never
+touched: diagnoses are copied.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import replace
+
+from crashdoc.events import Diagnosis, FlagChange
+from crashdoc.matching.derived import DerivedLibrary, release_key
+from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary
+from crashdoc.remedy.candidates import Failure
+from crashdoc.remedy.commandline import LaunchCommand
+from crashdoc.remedy.fix import describe
+from crashdoc.remedy.search import DEFAULT_BUDGET, Budget, SearchResult, Understand, accepted_fix
+
+# a usage error of SGLang's argparse: `launch_server.py: error: argument --x: invalid choice: ...`
+_USAGE = re.compile(
+    r"(?:^|\s)(?:[\w./-]+: )?error: (?P<what>(?:argument |unrecognized arguments|ambiguous option|the following).*)"
+)
+
+
+def facts_for(library: FactsLibrary, release: str | None) -> tuple[ArgFacts | None, str]:
+    """The release's facts; an unknown or unshipped release gets the nearest older shipped one, said so."""
+    releases = library.releases
+    if not releases:
+        return None, "crashdoc ships no argument facts"
+    if release and release in releases:
+        return library.get(release), ""
+    if release:
+        older = [r for r in releases if release_key(r) <= release_key(release)]
+        chosen = older[-1] if older else releases[0]
+        return library.get(chosen), f"SGLang {release} is not shipped: the facts of {chosen} were used"
+    return library.get(releases[-1]), f"the release is unknown: the facts of {releases[-1]} (the newest) were used"
+
+
+def understand_with(derived: DerivedLibrary | None, release: str | None) -> Understand:
+    """An error's failure as crashdoc reads it: with the derived check's condition when one matches."""
+
+    def understand(kind: str, message: str, curated: Sequence[FlagChange] = ()) -> Failure:
+        usage = _USAGE.search(message)
+        if kind == "SystemExit" or usage:
+            return Failure(
+                "SystemExit", usage.group("what") if usage else message, stage="parse", curated=tuple(curated)
+            )
+        match = derived.match(message.split("\n", 1)[0], kind, release) if derived is not None else None
+        if match is None:
+            return Failure(kind, message, curated=tuple(curated))
+        sig = match.signature
+        return Failure(kind, message, sig.condition, sig.kind, tuple(curated) or sig.fix, stage="resolve")
+
+    return understand
+
+
+def searchable(d: Diagnosis) -> bool:
+    """A failure a change of SGLang's arguments may fix: not a runtime failure whose action crashdoc computed
+    from the run's own numbers, nor one of the hardware or of resources (no flag makes a GPU healthy)."""
+    if d.fix.why or d.kind in ("resource", "hardware-network") or d.signature == "unexplained":
+        return False
+    return bool(d.root_cause.type or d.root_cause.line)
+
+
+def failure_of(d: Diagnosis, understand: Understand) -> Failure:
+    curated = tuple(c for c in d.fix.changes if not c.placeholder)
+    line = d.root_cause.line
+    usage = _USAGE.search(line) or _USAGE.search(d.root_cause.message)
+    if usage:
+        reviewed = d.signature is not None and not d.derived
+        return Failure("SystemExit", usage.group("what"), stage="parse", curated=curated, reviewed=reviewed)
+    failure = understand(d.root_cause.type.rsplit(".", 1)[-1], d.root_cause.message)
+    reviewed = bool(curated) and d.signature is not None and not d.derived
+    return replace(failure, curated=curated or failure.curated, reviewed=reviewed)
+
+
+def with_result(d: Diagnosis, result: SearchResult, note: str = "") -> Diagnosis:
+    """A copy of the diagnosis presenting the search's answer (the diagnosis itself when the search had nothing
+    to say: no change, no command, nothing checked)."""
+    fix = d.fix
+    before = [(c.action, c.flag, c.value, c.new_flag) for c in fix.changes]
+    after = [(c.action, c.flag, c.value, c.new_flag) for c in result.changes]
+    if not result.checked and result.command is None and (not result.changes or after == before):
+        return d  # nothing checked, nothing to correct, nothing new: the diagnosis says it already
+    warnings = list(fix.warnings)
+    summary = fix.summary
+    changes = list(fix.changes)
+    if result.changes and after != before:
+        changes = list(result.changes)
+        summary = f"{'; '.join(describe(c) for c in result.changes)}: {result.why}."
+        gone = {c.flag for c in fix.changes} - {c.flag for c in result.changes}
+        warnings = [w for w in warnings if not any(flag in w for flag in gone)]
+        if fix.changes:
+            warnings.append(f"crashdoc's first answer was {'; '.join(describe(c) for c in fix.changes)}")
+    elif not result.changes and result.status == "none" and result.checked:
+        changes = []  # SGLang was asked, and rejected every change crashdoc could justify: none is shown
+    if note:
+        warnings.append(note)
+    return replace(
+        d,
+        fix=replace(
+            fix,
+            summary=summary,
+            changes=changes,
+            command=result.command if result.command else fix.command,
+            verified=result.verified,
+            why=[*fix.why, *result.tried],
+            warnings=list(dict.fromkeys(warnings)),
+            diff=fix.diff if changes == list(fix.changes) else None,
+            apply=list(fix.apply) if changes == list(fix.changes) else [],
+            rollback=list(fix.rollback) if changes == list(fix.changes) else [],
+        ),
+    )
+
+
+def accept_fixes(
+    diagnoses: Sequence[Diagnosis],
+    command: LaunchCommand | None,
+    *,
+    facts: FactsLibrary,
+    derived: DerivedLibrary | None,
+    interpreter: str | None = None,
+    budget: Budget = DEFAULT_BUDGET,
+    logged: Mapping[str, str] | None = None,
+) -> list[Diagnosis]:
+    """Each searchable diagnosis with the fix the search found; the others as they are."""
+    out = []
+    for d in diagnoses:
+        if not searchable(d):
+            out.append(d)
+            continue
+        release = d.sglang_version or None
+        chosen, note = facts_for(facts, release)
+        understand = understand_with(derived, release)
+        result = accepted_fix(
+            failure_of(d, understand),
+            command,
+            release,
+            chosen,
+            interpreter,
+            budget,
+            logged=logged,
+            understand=understand,
+        )
+        out.append(with_result(d, result, note if result.changes else ""))
+    return out
+
+
+def logged_arguments(text: str) -> dict[str, str]:
+    """The last `server_args=ServerArgs(...)` (or `server_args={...}`) a log shows: flag -> value."""
+    from crashdoc.assembly.markers import parse_server_args
+
+    found: dict[str, str] = {}
+    for line in text.splitlines():
+        if "server_args=" in line:
+            found = parse_server_args(line) or found
+    return found
+
+
+def accept_pasted(
+    text: str,
+    diagnoses: Sequence[Diagnosis],
+    *,
+    command_text: str | None,
+    interpreter: str | None,
+    facts: FactsLibrary,
+    derived: DerivedLibrary | None,
+    budget: Budget = DEFAULT_BUDGET,
+) -> list[Diagnosis]:
+    """`explain`: the command from `--command` or the paste, the values the log shows, then `accept_fixes`."""
+    from crashdoc.remedy.pasted import command_in_paste, parse_command
+
+    if not any(searchable(d) for d in diagnoses):
+        return list(diagnoses)
+    pasted = parse_command(command_text) if command_text is not None else command_in_paste(text)
+    logged = logged_arguments(text)
+    note = ""
+    if pasted.command is None and (command_text is not None or pasted.text):
+        note = f"crashdoc could not read the launch command ({pasted.problem}); the diagnosis stands"
+    found = accept_fixes(
+        diagnoses, pasted.command, facts=facts, derived=derived, interpreter=interpreter, budget=budget, logged=logged
+    )
+    if note:
+        found = [
+            replace(d, fix=replace(d.fix, warnings=[*d.fix.warnings, note])) if searchable(d) else d for d in found
+        ]
+    return found

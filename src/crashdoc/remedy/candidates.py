@@ -1,0 +1,467 @@
+"""Every change crashdoc can justify for one failure, ranked by what the release's own facts say of it.
+
+A launch failure names a flag (`--x requires --y`), a `ServerArgs` field (`tp_size must be divisible by ...`) or
+only a value (`Unknown diffusion LLM algorithm: none`). From everything crashdoc knows, candidates are: the
+curated (or derived) fix; the changes that make the guarding condition of the check false (add the required
+flag, set the value the comparison asks for, remove the conflicting one: both directions, as the condition
+decides); the flag whose value the message quotes (the culprit), put back to the release's default or set to
+one of its choices; the values the message offers ("Registered: [...]", "must be one of", "please use --x");
+fields mapped to options by the release's facts. Each candidate is then judged with the facts: a value outside
+the option's type or choices is dropped, one that leaves the failing condition true is dropped, one that makes
+it false is preferred. Pure: no I/O; `remedy.search` asks SGLang itself when it can.
+"""
+
+from __future__ import annotations
+
+import ast
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from crashdoc.events import FlagChange
+from crashdoc.remedy import conditions
+from crashdoc.remedy.argfacts import UNKNOWN, ArgFacts, Option
+
+MAX_CANDIDATES = 24
+MAX_CHOICES = 3  # values tried from a long list of choices (the default and the message's first)
+_FLAG = re.compile(r"(?<![\w-])--[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?![\w-])")
+_ENV = re.compile(r"(?<![A-Za-z0-9_])SGLANG_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
+_WORD = re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])")
+_QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|`([^`\n]{1,200})`")
+_TOKEN = re.compile(r"[^\s,;:()\[\]{}'\"`=]+")
+_NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
+_LIST = re.compile(
+    r"(?:Registered|Available|Supported|Valid|Allowed|Options|Choices|choose from|one of|expected|"
+    r"must be(?: one of)?|should be(?: one of)?|supports?(?: only)?|options are|choices are)[^:\[({]{0,40}"
+    r"[:\s]*[\[({]?(?P<items>(?:\s*['\"]?[\w./+-]+['\"]?\s*,)+\s*(?:or\s+)?['\"]?[\w./+-]+['\"]?)",
+    re.I,
+)
+_USE = re.compile(
+    r"(?:please |you can |instead |you may |or )?(?:use|try|set|pass|add|specify|enable|launch with|run with)\s+"
+    r"(?P<flag>--[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)(?:[= ](?P<value>[\w./:+-]+))?",
+    re.I,
+)
+_ARGPARSE = re.compile(r"argument (?P<flags>--[\w-]+(?:/-[\w-]+)*): (?P<what>.*)")
+_UNRECOGNIZED = re.compile(r"unrecognized arguments: (?P<args>.*)")
+_AMBIGUOUS = re.compile(r"ambiguous option: (?P<flag>--[\w-]+)(?:=\S*)? could match (?P<matches>.*)")
+_NOT_ALLOWED = re.compile(r"argument (?P<a>--[\w-]+).*?not allowed with argument (?P<b>--[\w-]+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """What SGLang said, and what crashdoc read from its source about the check that said it."""
+
+    exception_type: str
+    message: str
+    condition: str = ""  # the guarding condition of the derived check ("" when none is known)
+    kind: str = "raise"  # raise | assert: the condition must become false | true
+    curated: tuple[FlagChange, ...] = ()  # the diagnosis's own fix
+    stage: str = ""  # parse (argparse) | resolve | "" (not known)
+    reviewed: bool = False  # the fix is a reviewed signature's (else derived from SGLang's source, or none)
+
+
+@dataclass(frozen=True, slots=True)
+class Current:
+    """The failing command's options: dest -> (the flag as written, its words); and values read from the log."""
+
+    present: Mapping[str, tuple[str, tuple[str, ...]]]
+    logged: Mapping[str, Any] = field(default_factory=dict)  # dest -> value, from `server_args=ServerArgs(...)`
+    environment: Mapping[str, str] = field(default_factory=dict)
+
+    @classmethod
+    def of(
+        cls,
+        flags: Iterable[tuple[str, tuple[str, ...]]],
+        facts: ArgFacts,
+        logged: Mapping[str, str] | None = None,
+        environment: Iterable[tuple[str, str]] = (),
+    ) -> Current:
+        present: dict[str, tuple[str, tuple[str, ...]]] = {}
+        for flag, words in flags:
+            option = facts.option(flag)
+            if option is not None:
+                present[option.dest] = (flag, tuple(words))
+        values: dict[str, Any] = {}
+        for flag, text in (logged or {}).items():
+            option = facts.option(flag)
+            if option is not None:
+                values[option.dest] = logged_value(option, text)
+        return cls(present, values, dict(environment))
+
+    def value(self, option: Option) -> Any:
+        if option.dest in self.present:
+            flag, words = self.present[option.dest]
+            return conditions.typed(option, flag, words)
+        if option.dest in self.logged:
+            return self.logged[option.dest]
+        return option.default
+
+    def values(self, facts: ArgFacts) -> dict[str, Any]:
+        out = dict(self.logged)
+        for dest in self.present:
+            option = facts.by_dest(dest)
+            if option is not None:
+                out[dest] = self.value(option)
+        return out
+
+
+def logged_value(option: Option, text: str) -> Any:
+    """A value as SGLang logs it (`None`, `True`, `'auto'`, `0.35`, `[1, 2]`) typed as the option's."""
+    try:
+        value = ast.literal_eval(text)
+    except (ValueError, SyntaxError, RecursionError):
+        value = text
+    if isinstance(value, str) and option.type in ("int", "float"):
+        return UNKNOWN
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Candidate:
+    changes: tuple[FlagChange, ...]
+    why: str  # where the candidate comes from, in words
+    score: float = 0.0  # higher first when SGLang cannot be asked
+    resolves: bool | None = None  # the failing condition after the change: False->True... None: unknown
+
+    def key(self) -> tuple[object, ...]:
+        return tuple((c.action, c.flag, c.value, c.new_flag) for c in self.changes)
+
+
+# --- reading the message ---------------------------------------------------------------------------------
+
+
+def named_options(message: str, facts: ArgFacts) -> list[Option]:
+    """The options a message names: `--flags` (any alias, or a prefix argparse accepts), `ServerArgs` fields."""
+    found: list[Option] = []
+    for m in _FLAG.finditer(message):
+        option = facts.option(m.group(0))
+        if option is not None:
+            found.append(option)
+    for m in _WORD.finditer(message):
+        option = facts.by_dest(m.group(0))
+        if option is not None:
+            found.append(option)
+    return list({o.dest: o for o in found}.values())
+
+
+def quoted_values(message: str) -> set[str]:
+    """Every value a message could be quoting: quoted text, and each bare token."""
+    out = {next(g for g in m.groups() if g is not None) for m in _QUOTED.finditer(message)}
+    out |= {t.rstrip(".") for t in _TOKEN.findall(message)}
+    return {v for v in out if v}
+
+
+def culprits(message: str, current: Current, facts: ArgFacts) -> list[Option]:
+    """The options on the command whose value the message quotes (`Unknown parser '/tmp/x'`: the one set to
+    /tmp/x). A short number is only taken when the message also names the option (`1` is everywhere)."""
+    said = quoted_values(message)
+    named = {o.dest for o in named_options(message, facts)}
+    out = []
+    for dest, (_, words) in current.present.items():
+        if not words:
+            continue
+        text = " ".join(words)
+        hits = [w for w in (text, *words) if w in said]
+        if not hits:
+            continue
+        if all(_NUMBER.fullmatch(h) and len(h) < 3 for h in hits) and dest not in named:
+            continue
+        option = facts.by_dest(dest)
+        if option is not None:
+            out.append(option)
+    return out
+
+
+def offered_values(message: str) -> list[str]:
+    """Values the message offers: `Registered: ['a', 'b']`, `must be one of a, b or c`, `choose from 'x', 'y'`."""
+    out: list[str] = []
+    for m in _LIST.finditer(message):
+        for item in re.split(r",|\s+or\s+", m.group("items")):
+            value = item.strip().strip("'\"").strip()
+            if value and value.lower() not in ("or", "and"):
+                out.append(value)
+    return list(dict.fromkeys(out))
+
+
+def numbers(message: str) -> list[str]:
+    return list(dict.fromkeys(m.group(0) for m in _NUMBER.finditer(message)))
+
+
+# --- changes -----------------------------------------------------------------------------------------------
+
+
+def change_to(option: Option, value: Any, current: Current) -> FlagChange | None:
+    """The flag change that gives `option` this value; None when no command line can say it."""
+    present = option.dest in current.present
+    flag = current.present[option.dest][0] if present else option.flag
+    if option.switch:
+        if option.action == "boolean-optional":
+            if value is None or value is UNKNOWN:
+                return FlagChange("remove", flag) if present else None
+            positive = next(f for f in option.flags if not f.startswith("--no-"))
+            negative = next((f for f in option.flags if f.startswith("--no-")), None)
+            if value:
+                return FlagChange("replace", flag, None, positive) if present else FlagChange("add", positive)
+            if negative is None:
+                return None
+            return FlagChange("replace", flag, None, negative) if present else FlagChange("add", negative)
+        on = option.action != "store_false"
+        if bool(value) == on:
+            return None if present else FlagChange("add", option.flag)
+        return FlagChange("remove", flag) if present else None
+    if value is None or (value == option.default and option.default is not UNKNOWN):
+        return FlagChange("remove", flag) if present else None
+    if value is UNKNOWN:
+        return None
+    text = " ".join(str(v) for v in value) if isinstance(value, list | tuple) else str(value)
+    if isinstance(value, bool):
+        return None
+    return FlagChange("set", flag, text)
+
+
+def apply_values(changes: Sequence[FlagChange], values: Mapping[str, Any], facts: ArgFacts) -> dict[str, Any] | None:
+    """The command's values after the changes (None when a change names no option of the release)."""
+    out = dict(values)
+    for change in changes:
+        if change.flag.startswith("SGLANG_") or re.fullmatch(r"[A-Z_][A-Z0-9_]*", change.flag):
+            continue
+        target = change.new_flag if change.action == "replace" and change.new_flag else change.flag
+        option = facts.option(target)
+        old = facts.option(change.flag)
+        if option is None or old is None:
+            return None
+        if change.action == "remove":
+            out.pop(option.dest, None)
+            out[option.dest] = option.default
+            continue
+        if change.action == "replace" and old.dest != option.dest:
+            out[old.dest] = old.default
+        words = (
+            tuple(change.value.split())
+            if change.value is not None and option.many
+            else ((change.value,) if change.value is not None else ())
+        )
+        out[option.dest] = conditions.typed(option, target, words)
+    return out
+
+
+def acceptable(changes: Sequence[FlagChange], facts: ArgFacts) -> bool:
+    """Every flag exists in the release and every value is one its argparse takes (as far as the facts say)."""
+    for change in changes:
+        if re.fullmatch(r"[A-Z_][A-Z0-9_]*", change.flag):
+            continue
+        target = change.new_flag if change.action == "replace" and change.new_flag else change.flag
+        option = facts.option(target)
+        if option is None or (change.action != "remove" and facts.option(change.flag) is None):
+            return False
+        if change.placeholder:
+            return False
+        if change.action in ("set", "replace") and change.value is not None and option.accepts(change.value) is False:
+            return False
+        if change.action in ("set",) and change.value is None and not option.switch:
+            return False
+        if option.required and change.action == "remove":
+            return False
+    return True
+
+
+# --- the candidates ------------------------------------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _Collector:
+    facts: ArgFacts
+    current: Current
+    failure: Failure
+    values: dict[str, Any]
+    found: dict[tuple[object, ...], Candidate] = field(default_factory=dict)
+
+    def add(self, changes: Sequence[FlagChange | None], why: str, score: float) -> None:
+        real = tuple(c for c in changes if c is not None)
+        if not real or len(real) != len(changes):
+            return
+        if not acceptable(real, self.facts):
+            return
+        after = apply_values(real, self.values, self.facts)
+        if after is None:
+            return
+        resolves: bool | None = None
+        if self.failure.condition:
+            verdict = conditions.evaluate(self.failure.condition, after, self.facts)
+            if verdict is not UNKNOWN:
+                resolves = verdict == (self.failure.kind == "assert")
+                if not resolves:
+                    return  # the failing condition stays true: this change cannot pass that check
+        final = score + (30 if resolves else 0) - 8 * (len(real) - 1) + sum(map(self._direction, real))
+        candidate = Candidate(real, why, final, resolves)
+        key = candidate.key()
+        known = self.found.get(key)
+        if known is None or known.score < final:
+            self.found[key] = candidate
+
+    def _direction(self, change: FlagChange) -> int:
+        """Back to the release's default is the safer way (defaults pass its own checks); a flag the command
+        does not have yet brings checks of its own."""
+        if change.action == "remove":
+            return 6
+        option = self.facts.option(change.flag)
+        return -4 if option is not None and option.dest not in self.current.present else 0
+
+
+def candidates(failure: Failure, current: Current, facts: ArgFacts) -> list[Candidate]:
+    """The ranked candidates for one failure (best first, at most MAX_CANDIDATES)."""
+    values = current.values(facts)
+    c = _Collector(facts, current, failure, values)
+    message = failure.message
+    if failure.curated:
+        if failure.reviewed:
+            c.add(list(failure.curated), "the reviewed signature's fix", 70)
+        else:
+            c.add(list(failure.curated), "the fix derived from SGLang's source", 40)
+    _from_argparse(c, message)
+    _from_condition(c)
+    suspects = culprits(message, current, facts)
+    named = named_options(message, facts)
+    offered = offered_values(message)
+    for option in suspects:
+        _vary(c, option, offered, f"the message quotes {current.present[option.dest][0]}'s value", 52)
+    for option in named:
+        if option.dest in current.present:
+            _vary(c, option, offered, f"the message names {option.flag}", 38)
+        else:
+            _supply(c, option, offered, f"the message asks for {option.flag}")
+    _from_hints(c, message)
+    ranked = sorted(c.found.values(), key=lambda k: (-k.score, len(k.changes), k.key().__repr__()))
+    return ranked[:MAX_CANDIDATES]
+
+
+def _vary(c: _Collector, option: Option, offered: Sequence[str], why: str, score: float) -> None:
+    """An option on the command: back to the release's default, or another value it takes."""
+    if option.required:
+        pass
+    elif option.default is not UNKNOWN:
+        default = option.default_text()
+        c.add(
+            [change_to(option, option.default, c.current)],
+            f"{why}: back to the release's default" + (f" ({default})" if default else ""),
+            score + 5,
+        )
+    choices = option.choices if isinstance(option.choices, tuple) else ()
+    current = c.current.value(option)
+    pool = [v for v in offered if option.accepts(v) is not False]
+    pool += [str(x) for x in choices if x is not None]
+    for value in list(dict.fromkeys(pool))[: MAX_CHOICES + len(offered)]:
+        typed = conditions.typed(option, option.flag, (value,))
+        if typed == current or typed is UNKNOWN:
+            continue
+        source = "a value the message offers" if value in offered else "one of the release's choices"
+        c.add([change_to(option, typed, c.current)], f"{why}: {source}", score - (0 if value in offered else 4))
+
+
+def _supply(c: _Collector, option: Option, offered: Sequence[str], why: str) -> None:
+    """An option the message asks for that the command lacks: add the switch, or a value the message offers."""
+    if option.switch:
+        c.add([change_to(option, option.action != "store_false", c.current)], why, 36)
+        return
+    pool = [v for v in offered if option.accepts(v) is True]
+    if isinstance(option.choices, tuple):
+        pool += [str(x) for x in option.choices[:MAX_CHOICES] if x is not None]
+    for value in list(dict.fromkeys(pool))[:MAX_CHOICES]:
+        c.add([change_to(option, conditions.typed(option, option.flag, (value,)), c.current)], why, 30)
+
+
+def _from_hints(c: _Collector, message: str) -> None:
+    """`please use --x`, `Try --y 4`, `set --z=auto`: what the message itself proposes."""
+    for m in _USE.finditer(message):
+        option = c.facts.option(m.group("flag"))
+        if option is None:
+            continue
+        value = m.group("value")
+        if option.switch:
+            c.add(
+                [change_to(option, option.action != "store_false", c.current)], f"the message proposes {m.group(0)}", 48
+            )
+        elif value and option.accepts(value) is not False:
+            typed = conditions.typed(option, option.flag, (value,))
+            c.add([change_to(option, typed, c.current)], f"the message proposes {option.flag} {value}", 50)
+
+
+def _from_argparse(c: _Collector, message: str) -> None:
+    """argparse's own errors: an unknown, ambiguous or refused argument."""
+    m = _UNRECOGNIZED.search(message)
+    if m:
+        words = m.group("args").split()
+        changes = []
+        for word in words:
+            if word.startswith("--"):
+                name = word.split("=", 1)[0]
+                changes.append(FlagChange("remove", name))
+        if changes:
+            c.add(changes, "argparse does not know it", 60)
+        return
+    m = _AMBIGUOUS.search(message)
+    if m:
+        flag = m.group("flag")
+        for match in re.findall(r"--[\w-]+", m.group("matches"))[:MAX_CHOICES]:
+            words = next((w for d, (f, w) in c.current.present.items() if f == flag), ())
+            change = FlagChange("replace", flag, " ".join(words) or None, match)
+            c.add([change], f"argparse cannot tell which option {flag} means", 55)
+        return
+    m = _NOT_ALLOWED.search(message)
+    if m:
+        for flag in (m.group("a"), m.group("b")):
+            c.add([FlagChange("remove", flag)], "argparse does not take them together", 55)
+
+
+def _from_condition(c: _Collector) -> None:
+    """The changes that make the guarding condition false (a raise) or true (an assert): each option it reads,
+    set to its default, to one of its choices, to the numbers the check compares with; both directions."""
+    failure = c.failure
+    if not failure.condition:
+        return
+    dests = conditions.referenced(failure.condition, c.facts)
+    tree = conditions.parse(failure.condition)
+    constants = [n.value for n in ast.walk(tree) if isinstance(n, ast.Constant)] if tree is not None else []
+    for dest in dests:
+        option = c.facts.by_dest(dest)
+        if option is None or option.required:
+            continue
+        for value in _domain(option, c, constants):
+            change = change_to(option, value, c.current)
+            shown = "its default" if value == option.default else repr(value)
+            c.add([change], f"SGLang checks `{_short(failure.condition)}`: {option.flag} -> {shown}", 45)
+
+
+def _domain(option: Option, c: _Collector, constants: Sequence[Any]) -> list[Any]:
+    """The values worth trying for an option in a condition: default, choices, the check's own constants, and
+    small numbers around the current value."""
+    current = c.current.value(option)
+    out: list[Any] = [option.default] if option.default is not UNKNOWN else []
+    if option.switch:
+        out += [True, False]
+    if isinstance(option.choices, tuple):
+        out += list(option.choices[:MAX_CHOICES])
+    if option.type in ("int", "float", "human_readable_int"):
+        cast = int if option.type != "float" else float
+        nums = [x for x in constants if isinstance(x, int | float) and not isinstance(x, bool)]
+        nums += [0, 1, 2, -1]
+        if isinstance(current, int | float) and not isinstance(current, bool):
+            nums += [current + 1, current - 1, current * 2, current // 2 if cast is int else current / 2]
+        for number in nums:
+            try:
+                out.append(cast(number))
+            except (TypeError, ValueError, OverflowError):
+                continue
+    elif option.type == "str" and not option.switch:
+        out += [x for x in constants if isinstance(x, str)][:6]
+    seen: list[Any] = []
+    for value in out:
+        if value not in seen and value != current:
+            seen.append(value)
+    return seen
+
+
+def _short(text: str, limit: int = 100) -> str:
+    text = " ".join(text.split())
+    return text if len(text) <= limit else text[: limit - 3] + "..."

@@ -1,0 +1,219 @@
+"""Candidates and the search: from one failure to the smallest change SGLang's checks accept.
+
+The search's logic runs against a stand-in SGLang (a tree holding `srt/server_args.py` whose checks are known,
+run by this machine's Python; its argument facts read from it as from a real release); the end-to-end cases run
+the real SGLang 0.5.23 (tests/support/sglang_env.py) through `crashdoc explain`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from crashdoc.authoring.argfacts import extract
+from crashdoc.authoring.mine.tree import locate
+from crashdoc.cli import main
+from crashdoc.events import FlagChange
+from crashdoc.remedy.argfacts import ArgFacts, load_shipped
+from crashdoc.remedy.candidates import Current, Failure, candidates
+from crashdoc.remedy.pasted import command_in_paste, parse_command
+from crashdoc.remedy.search import Budget, accepted_fix
+from support.sglang_env import fake_sglang_tree, sglang_python, tiny_model
+
+SGLANG, SGLANG_WHY = sglang_python()
+needs_sglang = pytest.mark.skipif(SGLANG is None, reason=SGLANG_WHY)
+
+CHECKS = """
+import argparse
+
+
+class ServerArgs:
+    def __init__(self, ns):
+        self.ns = ns
+
+    def resolve_once(self):
+        ns = self.ns
+        if ns.x is None or ns.x <= 0:
+            raise ValueError("--x must be positive")
+        if ns.x > 0 and not ns.enable_y:
+            raise ValueError("--x requires --enable-y")
+        if ns.enable_y and ns.z:
+            raise ValueError("--enable-y cannot be used with --z")
+        if ns.algorithm not in (None, "fast", "slow"):
+            raise RuntimeError("Unknown algorithm: %s" % ns.algorithm)
+        if ns.always_fails:
+            raise ValueError("--always-fails is never accepted")
+
+
+def prepare_server_args(argv):
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    parser.add_argument("--model-path", type=str)
+    parser.add_argument("--x", type=int, default=None)
+    parser.add_argument("--enable-y", action="store_true")
+    parser.add_argument("--z", action="store_true")
+    parser.add_argument("--algorithm", type=str, default=None)
+    parser.add_argument("--mode", type=str, choices=["a", "b"], default="a")
+    parser.add_argument("--always-fails", action="store_true")
+    return ServerArgs(parser.parse_args(argv))
+"""
+
+
+@pytest.fixture
+def stand_in(tmp_path: Path) -> tuple[Path, ArgFacts]:
+    tree = fake_sglang_tree(tmp_path / "tree", CHECKS)
+    return tree, ArgFacts("0.5.99", extract(locate(str(tree / "sglang"))))
+
+
+def _search(tree: Path, facts: ArgFacts, command: str, failure: Failure, interpreter: str | None = sys.executable):
+    pasted = parse_command(f"PYTHONPATH={tree} python3 -m sglang.launch_server --model-path m {command}")
+    assert pasted.command is not None, pasted.problem
+    return accepted_fix(failure, pasted.command, "0.5.99", facts, interpreter, Budget(seconds=120, parallel=2))
+
+
+def test_one_step_short_is_searched_on_to_the_smallest_change_that_passes(stand_in: tuple[Path, ArgFacts]) -> None:
+    tree, facts = stand_in
+    failure = Failure("ValueError", "--x requires --enable-y", "cfg.x > 0 and not cfg.enable_y")
+    result = _search(tree, facts, "--x 3 --z", failure)
+    # --x must stay positive; adding --enable-y gets past this check and meets the next
+    assert result.status == "passed", result
+    assert sorted((c.action, c.flag) for c in result.changes) == [("add", "--enable-y"), ("remove", "--z")]
+    assert result.verified.startswith("passes SGLang 0.5.99's argument checks (")
+    assert "tried: add --enable-y -> passes this check, then fails: ValueError: --enable-y cannot be used with --z" in (
+        result.tried
+    )
+    assert result.command is not None and "--enable-y" in result.command and "--z" not in result.command.split()
+
+
+def test_a_value_the_message_quotes_is_the_culprit(stand_in: tuple[Path, ArgFacts]) -> None:
+    tree, facts = stand_in
+    failure = Failure("RuntimeError", "Unknown algorithm: none")
+    [first, *_] = candidates(failure, Current.of([("--x", ("1",)), ("--algorithm", ("none",))], facts), facts)
+    assert first.changes == (FlagChange("remove", "--algorithm"),)  # no flag named: the quoted value says which
+    result = _search(tree, facts, "--x 1 --enable-y --algorithm none", failure)
+    assert result.status == "passed" and result.changes == (FlagChange("remove", "--algorithm"),)
+
+
+def test_a_change_sglang_rejected_with_the_same_error_is_never_presented(stand_in: tuple[Path, ArgFacts]) -> None:
+    tree, facts = stand_in
+    wrong = (FlagChange("set", "--mode", "b"),)
+    failure = Failure("ValueError", "--always-fails is never accepted", curated=wrong, reviewed=True)
+    ranked = candidates(failure, Current.of([("--x", ("1",)), ("--always-fails", ())], facts), facts)
+    assert ranked[0].changes == (FlagChange("set", "--mode", "b"),)  # what crashdoc alone would say
+    result = _search(tree, facts, "--x 1 --enable-y --always-fails --mode a", failure)
+    assert result.status == "passed" and result.changes == (FlagChange("remove", "--always-fails"),)
+    assert "tried: set --mode b -> still fails: ValueError: --always-fails is never accepted" in result.tried
+
+
+def test_without_an_interpreter_the_facts_rank_and_it_is_said_so(stand_in: tuple[Path, ArgFacts]) -> None:
+    tree, facts = stand_in
+    failure = Failure("ValueError", "--x requires --enable-y", "cfg.x > 0 and not cfg.enable_y")
+    result = _search(tree, facts, "--x 3", failure, interpreter=None)
+    assert result.status == "ranked"
+    assert result.verified.startswith("not checked against SGLang (no SGLang to ask")
+    assert result.changes and result.changes[0].flag in ("--x", "--enable-y")
+    # never a change that keeps the failing condition true: --z and --mode leave `x > 0 and not enable_y` as it is
+    for cand in candidates(failure, Current.of([("--x", ("3",))], facts), facts):
+        assert {c.flag for c in cand.changes} & {"--x", "--enable-y"}, cand
+
+
+def test_a_value_outside_the_releases_choices_is_never_proposed(stand_in: tuple[Path, ArgFacts]) -> None:
+    _, facts = stand_in
+    failure = Failure("ValueError", "--mode must be one of c, d or a", curated=(FlagChange("set", "--mode", "c"),))
+    for cand in candidates(failure, Current.of([("--mode", ("b",))], facts), facts):
+        assert all(c.value in (None, "a") for c in cand.changes if c.flag == "--mode"), cand
+
+
+def test_a_child_that_cannot_check_leaves_the_ranked_fix_said_so(stand_in: tuple[Path, ArgFacts], tmp_path: Path):
+    _, facts = stand_in
+    hangs = tmp_path / "python"
+    hangs.write_text("#!/bin/sh\nexec sleep 60\n")
+    hangs.chmod(0o755)
+    pasted = parse_command("python3 -m sglang.launch_server --model-path m --algorithm none")
+    assert pasted.command is not None
+    budget = Budget(seconds=30, start_timeout=1)
+    result = accepted_fix(Failure("RuntimeError", "Unknown algorithm: none"), pasted.command, "0.5.99", facts,
+                          str(hangs), budget)  # fmt: skip
+    assert result.status == "unchecked" and result.changes == (FlagChange("remove", "--algorithm"),)
+    assert result.verified.startswith("could not check against SGLang (SGLang did not import within 1 s)")
+
+
+@pytest.mark.parametrize(
+    "paste",
+    [
+        "$ python -m sglang.launch_server --model-path m --tp 2\nTraceback ...",
+        "python3 -m sglang.launch_server --model-path m --tp 2",
+        "CUDA_VISIBLE_DEVICES=0,1 python3 -m sglang.launch_server --model-path m --tp 2",
+        "(venv) user@gpu-01:~$ sglang serve --model-path m --tp 2",
+        "$ docker run --gpus all --shm-size 32g lmsys/sglang:v0.5.23 python3 -m sglang.launch_server "
+        "--model-path m --tp 2",
+        "# torchrun --nproc_per_node 2 -m sglang.launch_server --model-path m --tp 2",
+        "$ python3 -m sglang.launch_server \\\n    --model-path m \\\n    --tp 2\n[2026-01-01 00:00:00] starting",
+    ],
+)
+def test_the_command_is_read_from_the_paste_however_it_was_run(paste: str) -> None:
+    found = command_in_paste(paste + "\nValueError: x\n")
+    assert found.command is not None, found.problem
+    assert found.command.sglang_args == ("--model-path", "m", "--tp", "2")
+
+
+def test_sglangs_own_prose_is_not_a_command() -> None:
+    log = "  Example: sglang serve --model-path <model> [options]\n  warnings.warn(\nValueError: x\n"
+    assert command_in_paste(log).command is None
+
+
+def _explain(*args: str) -> dict[str, Any]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        assert main(["explain", "--json", *args]) == 0
+    return dict(json.loads(out.getvalue()))
+
+
+def test_a_command_that_cannot_be_parsed_is_said_so_and_the_diagnosis_stands(tmp_path: Path) -> None:
+    log = tmp_path / "x.log"
+    log.write_text("RuntimeError: Unknown diffusion LLM algorithm: none\n")
+    args = ("--sglang-version", "0.5.23", "--command", "python3 -m sglang.launch_server --model-path 'm", str(log))
+    [d] = _explain(*args)["diagnoses"]
+    assert d["title"] == "RuntimeError: Unknown diffusion LLM algorithm: none"
+    assert any(w.startswith("crashdoc could not read the launch command (") for w in d["fix"]["warnings"])
+
+
+LAUNCH = "python3 -m sglang.launch_server --model-path {model} --device cpu {extra}"
+
+
+@needs_sglang
+@pytest.mark.parametrize(
+    ("extra", "error"),
+    [
+        ("--dllm-algorithm none", "RuntimeError: Unknown diffusion LLM algorithm: none"),
+        ("--ssl-keyfile /k.pem", "ValueError: --ssl-keyfile requires --ssl-certfile to be specified as well."),
+    ],
+)
+def test_explain_presents_a_fix_that_sglang_0_5_23_accepts(tmp_path: Path, extra: str, error: str) -> None:
+    model = tiny_model(tmp_path / "model")
+    command = LAUNCH.format(model=model, extra=extra)
+    log = tmp_path / "launch.log"
+    frame = '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/arg_groups/pipeline.py", line 342, in run\n'
+    log.write_text(f"$ {command}\nTraceback (most recent call last):\n{frame}{error}\n")
+    alone = _explain("--sglang-version", "0.5.23", str(log))["diagnoses"][0]["fix"]
+    assert alone["verified"].startswith("not checked against SGLang")
+    assert alone["command"] and alone["command"] != command
+    checked = _explain("--sglang-version", "0.5.23", "--sglang-python", str(SGLANG), str(log))["diagnoses"][0]["fix"]
+    assert checked["verified"].startswith("passes SGLang 0.5.23's argument checks ("), checked
+    fixed = parse_command(checked["command"]).command
+    assert fixed is not None and fixed.sglang_args != parse_command(command).command.sglang_args  # type: ignore[union-attr]
+
+
+def test_the_shipped_facts_name_the_fields_messages_use() -> None:
+    facts = load_shipped().get("0.5.23")
+    assert facts is not None
+    message, condition = "tp_size must be divisible by moe_dp_size", "cfg.tp_size % cfg.moe_dp_size == 0"
+    failure = Failure("AssertionError", message, condition, kind="assert")
+    ranked = candidates(failure, Current.of([("--tp-size", ("3",)), ("--moe-dp-size", ("2",))], facts), facts)
+    assert ranked and all(c.resolves for c in ranked[:3])
+    assert {c.flag for cand in ranked for c in cand.changes} <= {"--tp-size", "--moe-dp-size"}
