@@ -92,6 +92,17 @@ def build_parser() -> argparse.ArgumentParser:
     explain = sub.add_parser("explain", help="diagnose pasted logs (plain, journalctl -o cat or -o short*)")
     explain.add_argument("files", nargs="*", metavar="FILE", help="log files; `-` or nothing reads stdin")
     explain.add_argument("--json", action="store_true", help="print JSON (one object per line for several files)")
+    explain.add_argument(
+        "--command",
+        dest="launch_command",
+        metavar="'CMD'",
+        help="the launch command that failed (default: the one the paste shows above its log)",
+    )
+    explain.add_argument(
+        "--sglang-python",
+        metavar="PATH",
+        help="an interpreter with the failing SGLang release: crashdoc runs its argument checks on each candidate fix",
+    )
     _library_args(explain)
     _release_args(explain)
 

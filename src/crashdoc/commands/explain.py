@@ -5,7 +5,14 @@ from __future__ import annotations
 import argparse
 import sys
 
-from crashdoc.commands.pipeline import derived_setup, explain_texts, load_library_or_fail, release_option
+from crashdoc.commands.pipeline import (
+    accepted_fixes,
+    derived_setup,
+    explain_texts,
+    load_library_or_fail,
+    release_option,
+    sglang_python_option,
+)
 from crashdoc.errors import EXIT_OK, UserError
 from crashdoc.events import Diagnosis
 
@@ -22,9 +29,12 @@ def main(args: argparse.Namespace) -> int:
         sources = list(read_sources(paths, stdin_text))
     except OSError as exc:
         raise UserError(f"cannot read {exc.filename}: {exc.strerror}") from exc
+    interpreter = sglang_python_option(getattr(args, "sglang_python", None))
     library = load_library_or_fail(args.signatures)
     release, derived = derived_setup(args.sglang_version, args.sglang_source)
-    print_explained(explain_texts(sources, library, release, derived), as_json=args.json)
+    results = explain_texts(sources, library, release, derived)
+    results = accepted_fixes(sources, results, getattr(args, "launch_command", None), interpreter, derived)
+    print_explained(results, as_json=args.json)
     return EXIT_OK
 
 

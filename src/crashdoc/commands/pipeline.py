@@ -150,3 +150,43 @@ def explain_texts(
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
     matcher = Matcher(library, derived if derived is not None else load_shipped())  # `or` would load it (len)
     return [(name, *explain_text_with_warnings(text, library, matcher, release)) for name, text in sources]
+
+
+def sglang_python_option(path: str | None) -> str | None:
+    """`--sglang-python PATH`: the interpreter the operator allows crashdoc to run SGLang's checks with."""
+    if path is None:
+        return None
+    from crashdoc.remedy.verify import unsafe_to_run
+
+    absolute = str(Path(path).absolute())
+    if not Path(absolute).is_file():
+        raise UserError(f"--sglang-python {path}: no such file")
+    unsafe = unsafe_to_run(absolute)
+    if unsafe:
+        raise UserError(f"--sglang-python {path}: {unsafe}")
+    return absolute
+
+
+def accepted_fixes(
+    sources: Sequence[tuple[str, str]],
+    results: list[tuple[str, list[Diagnosis], list[Diagnosis]]],
+    command: str | None,
+    interpreter: str | None,
+    derived: DerivedLibrary | None,
+) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
+    """The remedy stage after the engine, for pasted logs: each fix searched for one SGLang accepts."""
+    from crashdoc.remedy.accepted import accept_pasted
+    from crashdoc.remedy.argfacts import load_shipped as load_facts
+
+    facts = load_facts()
+    texts = dict(sources)
+    return [
+        (
+            name,
+            accept_pasted(
+                texts[name], found, command_text=command, interpreter=interpreter, facts=facts, derived=derived
+            ),
+            warnings,
+        )
+        for name, found, warnings in results
+    ]
