@@ -317,7 +317,7 @@ def answering_interpreter(folder: Path, answer: str = '"status": "passed", "vers
         "while IFS= read -r line; do\n"
         f"  printf '%s\\n' \"$line\" >> {folder / 'requests'}\n"
         "  id=$(printf '%s' \"$line\" | sed 's/^{\"id\": \\([0-9]*\\).*/\\1/')\n"
-        f"  echo \"CRASHDOC-VERIFY {{\\\"id\\\": $id, {answer.replace(chr(34), chr(92) + chr(34))}}}\"\n"
+        f'  echo "CRASHDOC-VERIFY {{\\"id\\": $id, {answer.replace(chr(34), chr(92) + chr(34))}}}"\n'
         "done\n"
     )
     script.chmod(0o755)
