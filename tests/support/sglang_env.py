@@ -306,18 +306,26 @@ def fake_sglang_tree(folder: Path, server_args: str = FAKE_SERVER_ARGS, version:
     return folder
 
 
-def answering_interpreter(folder: Path, answer: str = '"status": "passed", "version": "0.5.23"') -> Path:
+def answering_interpreter(
+    folder: Path, answer: str = '"status": "passed", "version": "0.5.23"', rejects: tuple[str, str] = ("", "")
+) -> Path:
     """A stand-in interpreter that speaks the checker's protocol: it says it is ready, records each request
-    line in `folder/requests`, and answers each with `answer` (the JSON body, without the id)."""
+    line in `folder/requests`, and answers each with `answer` (the JSON body, without the id); a request whose
+    line holds `rejects[0]` is rejected with the error `rejects[1]`."""
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "python"
+    quoted = answer.replace(chr(34), chr(92) + chr(34))
+    rejected = f'\\"status\\": \\"rejected\\", \\"version\\": \\"0.5.23\\", \\"stage\\": \\"resolve\\", \\"error\\": \\"{rejects[1]}\\"'
     script.write_text(
         "#!/bin/sh\n"
         'echo \'CRASHDOC-VERIFY {"ready": true, "version": "0.5.23"}\'\n'
         "while IFS= read -r line; do\n"
         f"  printf '%s\\n' \"$line\" >> {folder / 'requests'}\n"
         "  id=$(printf '%s' \"$line\" | sed 's/^{\"id\": \\([0-9]*\\).*/\\1/')\n"
-        f'  echo "CRASHDOC-VERIFY {{\\"id\\": $id, {answer.replace(chr(34), chr(92) + chr(34))}}}"\n'
+        f'  case "$line" in\n'
+        f'    *\'{rejects[0] or chr(1)}\'*) echo "CRASHDOC-VERIFY {{\\"id\\": $id, {rejected}}}" ;;\n'
+        f'    *) echo "CRASHDOC-VERIFY {{\\"id\\": $id, {quoted}}}" ;;\n'
+        "  esac\n"
         "done\n"
     )
     script.chmod(0o755)

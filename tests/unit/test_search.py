@@ -217,3 +217,32 @@ def test_the_shipped_facts_name_the_fields_messages_use() -> None:
     ranked = candidates(failure, Current.of([("--tp-size", ("3",)), ("--moe-dp-size", ("2",))], facts), facts)
     assert ranked and all(c.resolves for c in ranked[:3])
     assert {c.flag for cand in ranked for c in cand.changes} <= {"--tp-size", "--moe-dp-size"}
+
+
+def test_diagnose_searches_on_the_units_own_command_and_shows_the_unit_fix(tmp_path: Path) -> None:
+    """`diagnose` (synchronous): the unit's ExecStart (D-Bus) is the command, its interpreter the judge; the
+    fix found is applied to the unit as any fix is (a drop-in, its diff and apply commands)."""
+    from crashdoc.diagnosis.crashloop import LoopTracker
+    from crashdoc.diagnosis.engine import UnitRecord
+    from crashdoc.events import Diagnosis, Fix, RootCause, Thresholds, UnitState
+    from crashdoc.remedy.accepted import accept_unit_fixes
+    from support.sglang_env import answering_interpreter, requests_seen
+
+    error = "RuntimeError: Unknown diffusion LLM algorithm: none"
+    python = answering_interpreter(tmp_path / "venv" / "bin", rejects=("--dllm-algorithm", error))
+    argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--dllm-algorithm", "none")
+    unit = "sglang.service"
+    units = {unit: UnitRecord(unit, "any", LoopTracker(unit, Thresholds()), state=UnitState(unit, exec_start=argv))}
+    cause = RootCause("RuntimeError", "Unknown diffusion LLM algorithm: none", "RuntimeError: Unknown ...: none")
+    found = Diagnosis(unit, None, "t", "flag-conflict", "critical", cause, [], Fix("s"), "f", kind="config",
+                      sglang_version="0.5.23")  # fmt: skip
+    [d] = accept_unit_fixes([found], units, facts=load_shipped(), derived=None)
+    assert d.fix.changes == [FlagChange("remove", "--dllm-algorithm")]
+    assert d.fix.verified is not None and d.fix.verified.startswith("passes SGLang 0.5.23's argument checks (")
+    assert d.fix.diff and "/etc/systemd/system/sglang.service.d/crashdoc-fix.conf" in d.fix.diff
+    assert "--dllm-algorithm" not in (d.fix.command or "")
+    seen = [r["argv"] for r in requests_seen(python.parent)]
+    assert seen[0] == ["--model-path", "m", "--dllm-algorithm", "none"]  # the command as it is, then candidates
+    assert ["--model-path", "m"] in seen
+    [unchecked] = accept_unit_fixes([found], units, facts=load_shipped(), derived=None, check=False)
+    assert unchecked.fix.verified is not None and unchecked.fix.verified.startswith("not checked against SGLang")

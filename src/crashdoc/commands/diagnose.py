@@ -138,7 +138,12 @@ def main(args: argparse.Namespace) -> int:
             return 1
     diagnoses = engine.diagnoses(wanted)
     warnings = engine.warnings(wanted)
-    if not getattr(args, "no_verify", False):  # the unit's own SGLang checks each corrected command
+    from crashdoc.remedy.accepted import accept_unit_fixes
+    from crashdoc.remedy.argfacts import load_shipped as load_facts
+
+    check = not getattr(args, "no_verify", False)  # the unit's own SGLang checks each candidate fix
+    diagnoses = accept_unit_fixes(diagnoses, engine.units(), facts=load_facts(), derived=derived, check=check)
+    if check:
         from crashdoc.remedy.verify import verify_diagnoses
 
         diagnoses = verify_diagnoses(diagnoses, engine.units())

@@ -12,11 +12,12 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
 
+from crashdoc.diagnosis.engine import UnitRecord
 from crashdoc.events import Diagnosis, FlagChange
 from crashdoc.matching.derived import DerivedLibrary, release_key
 from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary
 from crashdoc.remedy.candidates import Failure
-from crashdoc.remedy.commandline import LaunchCommand
+from crashdoc.remedy.commandline import LaunchCommand, Reader, find_invocation, read_text_file
 from crashdoc.remedy.fix import describe
 from crashdoc.remedy.search import DEFAULT_BUDGET, Budget, SearchResult, Understand, accepted_fix
 
@@ -189,3 +190,49 @@ def accept_pasted(
             replace(d, fix=replace(d.fix, warnings=[*d.fix.warnings, note])) if searchable(d) else d for d in found
         ]
     return found
+
+
+def accept_unit_fixes(
+    diagnoses: Sequence[Diagnosis],
+    units: Mapping[str, UnitRecord],
+    *,
+    facts: FactsLibrary,
+    derived: DerivedLibrary | None,
+    check: bool = True,
+    budget: Budget = DEFAULT_BUDGET,
+    read: Reader = read_text_file,
+) -> list[Diagnosis]:
+    """`diagnose` (synchronous) and, later, the daemon's remedy stage: each unit's failure searched on the
+    unit's own command (its ExecStart from D-Bus) and checked by the unit's own interpreter, the fix then
+    applied to the unit's files as any fix is (drop-in or script, diff, apply and rollback)."""
+    from crashdoc.remedy.fix import synthesize_fix
+    from crashdoc.remedy.verify import interpreter_of, unit_cmdline, unsafe_to_run
+
+    out = []
+    for d in diagnoses:
+        rec = units.get(d.unit)
+        cmdline = unit_cmdline(rec, d.invocation) if rec is not None else ()
+        if not searchable(d) or not cmdline:
+            out.append(d)
+            continue
+        command = find_invocation(cmdline, read).invocation
+        interpreter = None
+        if command is not None and check:
+            interpreter, _ = interpreter_of(command, read)
+            if interpreter is not None and (unsafe_to_run(interpreter) or command.expansions):
+                interpreter = None
+        chosen, note = facts_for(facts, d.sglang_version or None)
+        understand = understand_with(derived, d.sglang_version or None)
+        result = accepted_fix(
+            failure_of(d, understand), command, d.sglang_version or None, chosen, interpreter, budget,
+            understand=understand,
+        )  # fmt: skip
+        found = with_result(d, result, note if result.changes else "")
+        if found is not d and found.fix.changes and found.fix.changes != d.fix.changes:
+            drop_ins = rec.state.drop_in_paths if rec is not None and rec.state is not None else ()
+            made = synthesize_fix(d.unit, cmdline, found.fix.changes, found.fix.summary, read=read,
+                                  drop_in_paths=drop_ins, warnings=found.fix.warnings)  # fmt: skip
+            found = replace(found, fix=replace(found.fix, command=made.command, diff=made.diff, apply=made.apply,
+                                               rollback=made.rollback, warnings=made.warnings))  # fmt: skip
+        out.append(found)
+    return out

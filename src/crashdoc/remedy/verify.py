@@ -687,7 +687,7 @@ def verify_diagnoses(
     keys: list[tuple[object, ...] | None] = []
     for d in diagnoses:
         rec = units.get(d.unit)
-        if not d.fix.changes or rec is None:
+        if not d.fix.changes or rec is None or d.fix.verified is not None:  # checked already (remedy.search)
             keys.append(None)
             continue
         cmdline = unit_cmdline(rec, d.invocation)
