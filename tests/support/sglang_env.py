@@ -315,7 +315,8 @@ def answering_interpreter(
     folder.mkdir(parents=True, exist_ok=True)
     script = folder / "python"
     quoted = answer.replace(chr(34), chr(92) + chr(34))
-    rejected = f'\\"status\\": \\"rejected\\", \\"version\\": \\"0.5.23\\", \\"stage\\": \\"resolve\\", \\"error\\": \\"{rejects[1]}\\"'
+    rejected = f'"status": "rejected", "version": "0.5.23", "stage": "resolve", "error": "{rejects[1]}"'
+    rejected = rejected.replace(chr(34), chr(92) + chr(34))
     script.write_text(
         "#!/bin/sh\n"
         'echo \'CRASHDOC-VERIFY {"ready": true, "version": "0.5.23"}\'\n'
