@@ -41,6 +41,7 @@ class Inputs:
     finding: Finding
     flags: Mapping[str, str]
     run: Run | None
+    release: str = ""  # the SGLang release the unit runs ("" when unknown): pins hold per release
 
     @property
     def traceback(self) -> Traceback | None:
