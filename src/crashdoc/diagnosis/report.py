@@ -201,7 +201,7 @@ class DiagnosisBuilder:
             if "${" in flag:  # the lever the message names (`Please check the ${flag} path`)
                 flag = render(flag, captures, flags) or ""
                 if not _FLAG_NAME.fullmatch(flag):
-                    warnings.append(f"the message names no flag for {change.flag}; change it by hand")
+                    warnings.append("the message names no flag to change; change it by hand")
                     continue
             value, waits = change.value, change.placeholder
             if value is not None and "${" in value:
