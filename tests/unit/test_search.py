@@ -246,3 +246,39 @@ def test_diagnose_searches_on_the_units_own_command_and_shows_the_unit_fix(tmp_p
     assert ["--model-path", "m"] in seen
     [unchecked] = accept_unit_fixes([found], units, facts=load_shipped(), derived=None, check=False)
     assert unchecked.fix.verified is not None and unchecked.fix.verified.startswith("not checked against SGLang")
+
+
+@pytest.mark.parametrize(
+    ("command", "kind", "message", "change"),
+    [
+        # real launch failures of 0.5.23 (bench/launch_failures/set): the message names a value or says it in words
+        ("--dllm-algorithm none", "RuntimeError", "Unknown diffusion LLM algorithm: none", "remove --dllm-algorithm"),
+        ("--speculative-algorithm '{\"A\": 1}'", "ValueError", 'Unknown speculative algorithm name: {"A": 1}',
+         "remove --speculative-algorithm"),
+        ("--watermark-config /tmp/x", "WatermarkConfigError", "failed to read watermark config JSON",
+         "remove --watermark-config"),
+        ("--json-model-override-args default", "JSONDecodeError", "Expecting value: line 1 column 1 (char 0)",
+         "remove --json-model-override-args"),
+        ("--attention-backend trtllm_mla", "ValueError",
+         "TRTLLM MLA backend is only supported on Blackwell GPUs (SM100/SM12x). Please use a different backend.",
+         "remove --attention-backend"),
+        ("--cuda-graph-config /tmp/x", "SystemExit",
+         "argument --cuda-graph-config: --cuda-graph-config must be JSON: Expecting value: line 1 column 1 (char 0)",
+         "remove --cuda-graph-config"),
+        ("--rl-on-policy-target fsdp", "ValueError",
+         "Currently only ['ascend', 'fa3', 'fa4', 'flashinfer', 'intel_xpu', 'triton'] attention backends are "
+         "supported for deterministic inference, but you explicitly specified 'intel_amx'.",
+         "set --attention-backend fa3"),
+    ],
+)  # fmt: skip
+def test_the_culprit_is_found_when_the_message_names_no_flag(command: str, kind: str, message: str, change: str):
+    from crashdoc.remedy.fix import describe
+
+    facts = load_shipped().get("0.5.23")
+    assert facts is not None
+    pasted = parse_command(f"python3 -m sglang.launch_server --model-path m --device cpu --tp-size 2 {command}")
+    assert pasted.command is not None
+    current = Current.of([(f.name, f.values) for f in pasted.command.flags], facts)
+    stage = "parse" if kind == "SystemExit" else ""
+    [best, *_] = candidates(Failure(kind, message, stage=stage), current, facts)
+    assert "; ".join(describe(c) for c in best.changes) == change

@@ -8,6 +8,7 @@ touched: diagnoses are copied.
 
 from __future__ import annotations
 
+import ast
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import replace
@@ -67,7 +68,33 @@ def searchable(d: Diagnosis) -> bool:
     return bool(d.root_cause.type or d.root_cause.line)
 
 
-def failure_of(d: Diagnosis, understand: Understand) -> Failure:
+def release_checks(derived: DerivedLibrary | None, release: str) -> list[Failure]:
+    """The release's checks that crashdoc read from its source, with their conditions (for `search._ahead`)."""
+    if derived is None or not release:
+        return []
+    return [
+        Failure(sig.exception_type, sig.template, sig.condition, sig.kind, sig.fix, stage="resolve")
+        for sig in derived.signatures()
+        if sig.condition and release in sig.releases
+    ]
+
+
+_ASSERT_FRAME = re.compile(r'^[ \t]*File "[^"\n]+", line \d+, in [^\n]+\n[ \t]+(assert\b[^\n]*)$', re.M)
+
+
+def assert_condition(text: str) -> str:
+    """The condition of the last `assert` a pasted traceback shows (for an AssertionError without a message)."""
+    found = _ASSERT_FRAME.findall(text)
+    if not found:
+        return ""
+    try:
+        node = ast.parse(found[-1].strip()).body[0]
+    except (SyntaxError, ValueError, IndexError, RecursionError):
+        return ""  # an assert over several lines: its first line alone does not parse
+    return ast.unparse(node.test) if isinstance(node, ast.Assert) else ""
+
+
+def failure_of(d: Diagnosis, understand: Understand, asserted: str = "") -> Failure:
     curated = tuple(c for c in d.fix.changes if not c.placeholder)
     line = d.root_cause.line
     usage = _USAGE.search(line) or _USAGE.search(d.root_cause.message)
@@ -76,6 +103,8 @@ def failure_of(d: Diagnosis, understand: Understand) -> Failure:
         return Failure("SystemExit", usage.group("what"), stage="parse", curated=curated, reviewed=reviewed)
     failure = understand(d.root_cause.type.rsplit(".", 1)[-1], d.root_cause.message)
     reviewed = bool(curated) and d.signature is not None and not d.derived
+    if asserted and not failure.condition and d.root_cause.type.endswith("AssertionError"):
+        failure = replace(failure, condition=asserted, kind="assert")
     return replace(failure, curated=curated or failure.curated, reviewed=reviewed)
 
 
@@ -127,9 +156,12 @@ def accept_fixes(
     interpreter: str | None = None,
     budget: Budget = DEFAULT_BUDGET,
     logged: Mapping[str, str] | None = None,
+    asserted: str = "",
 ) -> list[Diagnosis]:
-    """Each searchable diagnosis with the fix the search found; the others as they are."""
+    """Each searchable diagnosis with the fix the search found; the others as they are. `asserted`: the
+    condition of the `assert` the log shows, for an AssertionError that says nothing else."""
     out = []
+    checks: dict[str, list[Failure]] = {}
     for d in diagnoses:
         if not searchable(d):
             out.append(d)
@@ -137,16 +169,12 @@ def accept_fixes(
         release = d.sglang_version or None
         chosen, note = facts_for(facts, release)
         understand = understand_with(derived, release)
+        if chosen is not None and chosen.release not in checks and interpreter is None:
+            checks[chosen.release] = release_checks(derived, chosen.release)
         result = accepted_fix(
-            failure_of(d, understand),
-            command,
-            release,
-            chosen,
-            interpreter,
-            budget,
-            logged=logged,
-            understand=understand,
-        )
+            failure_of(d, understand, asserted), command, release, chosen, interpreter, budget, logged=logged,
+            understand=understand, checks=checks.get(chosen.release, []) if chosen is not None else [],
+        )  # fmt: skip
         out.append(with_result(d, result, note if result.changes else ""))
     return out
 
@@ -183,8 +211,9 @@ def accept_pasted(
     if pasted.command is None and (command_text is not None or pasted.text):
         note = f"crashdoc could not read the launch command ({pasted.problem}); the diagnosis stands"
     found = accept_fixes(
-        diagnoses, pasted.command, facts=facts, derived=derived, interpreter=interpreter, budget=budget, logged=logged
-    )
+        diagnoses, pasted.command, facts=facts, derived=derived, interpreter=interpreter, budget=budget,
+        logged=logged, asserted=assert_condition(text),
+    )  # fmt: skip
     if note:
         found = [
             replace(d, fix=replace(d.fix, warnings=[*d.fix.warnings, note])) if searchable(d) else d for d in found

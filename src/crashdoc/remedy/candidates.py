@@ -14,6 +14,7 @@ it false is preferred. Pure: no I/O; `remedy.search` asks SGLang itself when it 
 from __future__ import annotations
 
 import ast
+import json
 import re
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,12 +32,16 @@ _WORD = re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])")
 _QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|`([^`\n]{1,200})`")
 _TOKEN = re.compile(r"[^\s,;:()\[\]{}'\"`=]+")
 _NUMBER = re.compile(r"(?<![\w.])-?\d+(?:\.\d+)?(?![\w.])")
-_LIST = re.compile(
-    r"(?:Registered|Available|Supported|Valid|Allowed|Options|Choices|choose from|one of|expected|"
-    r"must be(?: one of)?|should be(?: one of)?|supports?(?: only)?|options are|choices are)[^:\[({]{0,40}"
-    r"[:\s]*[\[({]?(?P<items>(?:\s*['\"]?[\w./+-]+['\"]?\s*,)+\s*(?:or\s+)?['\"]?[\w./+-]+['\"]?)",
+_BRACKETS = re.compile(r"[\[({]([^\[\](){}\n]{1,600})[\])}]")
+_AFTER_WORD = re.compile(
+    r"(?:choose from|one of|must be|should be|expected|supported|available|valid|allowed|options(?: are)?|"
+    r"choices(?: are)?|registered|supports?|use)[:\s]+(?P<items>['\"`]?[\w./:+-]+['\"`]?(?:\s*(?:,|\bor\b|/)\s*"
+    r"['\"`]?[\w./:+-]+['\"`]?)+)",
     re.I,
 )
+_ITEM = re.compile(r"^[\w./:+-]+$")
+# a value named after one vendor's hardware passes only on that hardware: the portable ones first
+_PLATFORM = re.compile(r"ascend|npu|hpu|xpu|musa|aiter|amx|mlx|mps|rocm|hip|gaudi|intel|cambricon|mlu", re.I)
 _USE = re.compile(
     r"(?:please |you can |instead |you may |or )?(?:use|try|set|pass|add|specify|enable|launch with|run with)\s+"
     r"(?P<flag>--[a-z0-9](?:[a-z0-9-]*[a-z0-9])?)(?:[= ](?P<value>[\w./:+-]+))?",
@@ -154,7 +159,8 @@ def quoted_values(message: str) -> set[str]:
 
 def culprits(message: str, current: Current, facts: ArgFacts) -> list[Option]:
     """The options on the command whose value the message quotes (`Unknown parser '/tmp/x'`: the one set to
-    /tmp/x). A short number is only taken when the message also names the option (`1` is everywhere)."""
+    /tmp/x; `Unknown algorithm name: {"A": 1}`). A short number is only taken when the message also names the
+    option (`1` is everywhere)."""
     said = quoted_values(message)
     named = {o.dest for o in named_options(message, facts)}
     out = []
@@ -162,7 +168,7 @@ def culprits(message: str, current: Current, facts: ArgFacts) -> list[Option]:
         if not words:
             continue
         text = " ".join(words)
-        hits = [w for w in (text, *words) if w in said]
+        hits = [w for w in (text, *words) if w in said or _inside(w, message)]
         if not hits:
             continue
         if all(_NUMBER.fullmatch(h) and len(h) < 3 for h in hits) and dest not in named:
@@ -173,14 +179,97 @@ def culprits(message: str, current: Current, facts: ArgFacts) -> list[Option]:
     return out
 
 
+def _inside(value: str, message: str) -> bool:
+    """The value appears in the message as itself (not inside a longer word or number)."""
+    if len(value) < 2 or (value.isalpha() and len(value) < 3):
+        return False
+    at = message.find(value)
+    while at >= 0:
+        before = message[at - 1] if at else " "
+        after = message[at + len(value)] if at + len(value) < len(message) else " "
+        if not (before.isalnum() or before in "_-.") and not (after.isalnum() or after in "_-"):
+            return True
+        at = message.find(value, at + 1)
+    return False
+
+
+_NAME_WORD = re.compile(r"[a-z0-9]+")
+# words in flag names that say nothing about which feature a message is about
+_GENERIC = frozenset(
+    "enable disable use size mode config path backend type num max min file dir name args arg only is set "
+    "true false none auto default on off the for with".split()
+)
+
+
+def described(message: str, current: Current, facts: ArgFacts) -> list[tuple[Option, int]]:
+    """Options on the command the message describes in words, not by name, with how many words tell: every word
+    of the flag's name (`watermark config` for --watermark-config) or of its value (`TRTLLM MLA` for trtllm_mla,
+    `NVFP4` for nvfp4), else one distinctive word of its name (`encoder disaggregation` for --encoder-only)."""
+    said = set(_NAME_WORD.findall(message.lower()))
+    out = []
+    for dest, (flag, words) in current.present.items():
+        name = [w for w in _NAME_WORD.findall(flag.lower()) if w not in ("enable", "disable", "use", "size")]
+        value = [w for w in _NAME_WORD.findall(" ".join(words).lower()) if len(w) > 1 and not w.isdigit()]
+        distinctive = [w for w in name if len(w) >= 4 and w not in _GENERIC]
+        value_words = [w for w in value if w not in _GENERIC]
+        if len(name) >= 2 and set(name) <= said:
+            strength = 3
+        elif value_words and set(value_words) <= said and (len(value_words) >= 2 or len(value_words[0]) >= 4):
+            strength = 3
+        elif distinctive and set(distinctive) & said:
+            strength = 1
+        else:
+            continue
+        option = facts.by_dest(dest)
+        if option is not None:
+            out.append((option, strength))
+    return sorted(out, key=lambda pair: -pair[1])
+
+
+def unreadable_json(failure_type: str, message: str, current: Current, facts: ArgFacts) -> list[Option]:
+    """A JSON error that names no flag: the options on the command whose value should be JSON and is not."""
+    if "json" not in failure_type.lower() and "json" not in message.lower():
+        return []
+    out = []
+    for dest, (flag, words) in current.present.items():
+        option = facts.by_dest(dest)
+        if option is None or not words:
+            continue
+        if option.type in ("json", "json_list_type") or "json" in flag or dest.endswith(("_args", "_config")):
+            try:
+                json.loads(" ".join(words))
+            except ValueError:
+                out.append(option)
+    return out
+
+
+def chosen_for_it(message: str, current: Current, facts: ArgFacts, offered: Sequence[str]) -> list[Option]:
+    """Options the command does not set whose value SGLang chose and the message quotes (`you explicitly specified
+    'intel_amx'` for an attention backend picked on this host): one of the values the message offers is the way
+    out. Only options whose choices hold both the quoted value and an offered one."""
+    said = {next(g for g in m.groups() if g is not None) for m in _QUOTED.finditer(message)}
+    out = []
+    for option in facts.options:
+        if option.dest in current.present or not isinstance(option.choices, tuple) or not option.choices:
+            continue
+        names = {str(x) for x in option.choices}
+        if names & said and names & set(offered):
+            out.append(option)
+    return out[:MAX_CHOICES]
+
+
 def offered_values(message: str) -> list[str]:
-    """Values the message offers: `Registered: ['a', 'b']`, `must be one of a, b or c`, `choose from 'x', 'y'`."""
+    """Values the message offers: `Registered: ['a', 'b']`, `only ['x', 'y'] are supported`, `must be one of a, b
+    or c`, argparse's `choose from 'x', 'y'`. A list needs two items or more (one word in brackets is not one)."""
     out: list[str] = []
-    for m in _LIST.finditer(message):
-        for item in re.split(r",|\s+or\s+", m.group("items")):
-            value = item.strip().strip("'\"").strip()
-            if value and value.lower() not in ("or", "and"):
-                out.append(value)
+    lists = [m.group(1) for m in _BRACKETS.finditer(message)] + [
+        m.group("items") for m in _AFTER_WORD.finditer(message)
+    ]
+    for text in lists:
+        items = [i.strip().strip("'\"`").strip() for i in re.split(r",|\s+or\s+|/(?=\s)|\s+and\s+", text)]
+        items = [i for i in items if i and _ITEM.match(i) and i.lower() not in ("or", "and", "etc")]
+        if len(items) >= 2:
+            out.extend(items)
     return list(dict.fromkeys(out))
 
 
@@ -276,29 +365,71 @@ class _Collector:
     failure: Failure
     values: dict[str, Any]
     found: dict[tuple[object, ...], Candidate] = field(default_factory=dict)
+    failing: bool | None = None  # the condition evaluates as failing on the command as it is (None: not asked)
 
     def add(self, changes: Sequence[FlagChange | None], why: str, score: float) -> None:
         real = tuple(c for c in changes if c is not None)
         if not real or len(real) != len(changes):
             return
-        if not acceptable(real, self.facts):
+        if not acceptable(real, self.facts) or not self._changes_something(real):
             return
         after = apply_values(real, self.values, self.facts)
         if after is None:
             return
         resolves: bool | None = None
-        if self.failure.condition:
+        if self._condition_holds() and self._touches_condition(real):
             verdict = conditions.evaluate(self.failure.condition, after, self.facts)
             if verdict is not UNKNOWN:
                 resolves = verdict == (self.failure.kind == "assert")
                 if not resolves:
                     return  # the failing condition stays true: this change cannot pass that check
-        final = score + (30 if resolves else 0) - 8 * (len(real) - 1) + sum(map(self._direction, real))
+        final = score + (12 if resolves else 0) - 8 * (len(real) - 1) + sum(map(self._direction, real))
         candidate = Candidate(real, why, final, resolves)
         key = candidate.key()
         known = self.found.get(key)
         if known is None or known.score < final:
             self.found[key] = candidate
+
+    def _condition_holds(self) -> bool:
+        """The derived condition, on the failing command's own values, says the check fails: then its verdict on
+        a change can be trusted (else crashdoc's reading of it misses what SGLang resolves before checking)."""
+        if not self.failure.condition:
+            return False
+        if self.failing is None:
+            verdict = conditions.evaluate(self.failure.condition, self.values, self.facts)
+            self.failing = verdict is not UNKNOWN and verdict == (self.failure.kind != "assert")
+        return self.failing
+
+    def _touches_condition(self, changes: Sequence[FlagChange]) -> bool:
+        """A change of an option the condition reads (the condition is the innermost `if`: for any other
+        change it says nothing, an outer guard may be what the change turns off)."""
+        read = set(conditions.referenced(self.failure.condition, self.facts))
+        for change in changes:
+            for flag in (change.flag, change.new_flag):
+                option = self.facts.option(flag) if flag else None
+                if option is not None and option.dest in read:
+                    return True
+        return False
+
+    def _changes_something(self, changes: Sequence[FlagChange]) -> bool:
+        """Every change alters the command: removing an absent flag, adding a present switch or setting the
+        value it already has is no change (and its check would fail the same way)."""
+        for change in changes:
+            if re.fullmatch(r"[A-Z_][A-Z0-9_]*", change.flag):
+                if change.action == "remove" and change.flag not in self.current.environment:
+                    return False
+                continue
+            option = self.facts.option(change.flag)
+            if option is None:
+                return False
+            here = self.current.present.get(option.dest)
+            if change.action == "remove" and (here is None or here[0] not in {change.flag, *option.flags}):
+                return False
+            if change.action == "add" and here is not None and here[0] == change.flag:
+                return False
+            if change.action == "set" and here is not None and " ".join(here[1]) == (change.value or ""):
+                return False
+        return True
 
     def _direction(self, change: FlagChange) -> int:
         """Back to the release's default is the safer way (defaults pass its own checks); a flag the command
@@ -319,18 +450,26 @@ def candidates(failure: Failure, current: Current, facts: ArgFacts) -> list[Cand
             c.add(list(failure.curated), "the reviewed signature's fix", 70)
         else:
             c.add(list(failure.curated), "the fix derived from SGLang's source", 40)
-    _from_argparse(c, message)
+    offered = offered_values(message)
+    _from_argparse(c, message, offered)
     _from_condition(c)
     suspects = culprits(message, current, facts)
     named = named_options(message, facts)
-    offered = offered_values(message)
     for option in suspects:
         _vary(c, option, offered, f"the message quotes {current.present[option.dest][0]}'s value", 52)
+    for option in chosen_for_it(message, current, facts, offered):
+        _vary(c, option, offered, f"the message quotes the value SGLang chose for {option.flag}", 46)
+    present = [o for o in named if o.dest in current.present]
+    for i, option in enumerate(present):  # the first flag a message names is what it is about
+        _vary(c, option, offered, f"the message names {option.flag}", 48 - 4 * min(i, 3))
     for option in named:
-        if option.dest in current.present:
-            _vary(c, option, offered, f"the message names {option.flag}", 38)
-        else:
+        if option.dest not in current.present:
             _supply(c, option, offered, f"the message asks for {option.flag}")
+    for option in unreadable_json(failure.exception_type, message, current, facts):
+        _vary(c, option, offered, f"{option.flag}'s value is not JSON", 50)
+    if not suspects and not present:
+        for option, strength in described(message, current, facts):
+            _vary(c, option, offered, f"the message describes {option.flag}", 32 + 3 * strength)
     _from_hints(c, message)
     ranked = sorted(c.found.values(), key=lambda k: (-k.score, len(k.changes), k.key().__repr__()))
     return ranked[:MAX_CANDIDATES]
@@ -356,7 +495,8 @@ def _vary(c: _Collector, option: Option, offered: Sequence[str], why: str, score
         if typed == current or typed is UNKNOWN:
             continue
         source = "a value the message offers" if value in offered else "one of the release's choices"
-        c.add([change_to(option, typed, c.current)], f"{why}: {source}", score - (0 if value in offered else 4))
+        penalty = (0 if value in offered else 4) + (3 if _PLATFORM.search(value) else 0)
+        c.add([change_to(option, typed, c.current)], f"{why}: {source}", score - penalty)
 
 
 def _supply(c: _Collector, option: Option, offered: Sequence[str], why: str) -> None:
@@ -387,8 +527,8 @@ def _from_hints(c: _Collector, message: str) -> None:
             c.add([change_to(option, typed, c.current)], f"the message proposes {option.flag} {value}", 50)
 
 
-def _from_argparse(c: _Collector, message: str) -> None:
-    """argparse's own errors: an unknown, ambiguous or refused argument."""
+def _from_argparse(c: _Collector, message: str, offered: Sequence[str]) -> None:
+    """argparse's own errors: an unknown, ambiguous or refused argument, or one whose value it cannot take."""
     m = _UNRECOGNIZED.search(message)
     if m:
         words = m.group("args").split()
@@ -412,6 +552,12 @@ def _from_argparse(c: _Collector, message: str) -> None:
     if m:
         for flag in (m.group("a"), m.group("b")):
             c.add([FlagChange("remove", flag)], "argparse does not take them together", 55)
+        return
+    m = _ARGPARSE.search(message)
+    if m:  # `argument --x: invalid choice: ...`, `... invalid loads value`, `expected one argument`
+        option = c.facts.option(m.group("flags").split("/", 1)[0])
+        if option is not None and option.dest in c.current.present:
+            _vary(c, option, offered, f"argparse refuses {option.flag}'s value", 60)
 
 
 def _from_condition(c: _Collector) -> None:

@@ -17,8 +17,9 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from crashdoc.events import FlagChange
+from crashdoc.remedy import conditions
 from crashdoc.remedy.argfacts import ArgFacts
-from crashdoc.remedy.candidates import Candidate, Current, Failure, candidates
+from crashdoc.remedy.candidates import Candidate, Current, Failure, apply_values, candidates
 from crashdoc.remedy.commandline import LaunchCommand, join_argv
 from crashdoc.remedy.fix import apply_changes, describe, is_environment
 from crashdoc.remedy.verify import Answer, Request, SGLangChecker, child_environment
@@ -112,8 +113,11 @@ def accepted_fix(
     *,
     logged: Mapping[str, str] | None = None,
     understand: Understand | None = None,
+    checks: Sequence[Failure] = (),
 ) -> SearchResult:
-    """The fix to present for one failure of `command` (None: only the log's values are known)."""
+    """The fix to present for one failure of `command` (None: only the log's values are known). `checks` are the
+    release's other checks (derived, with their conditions): without SGLang to ask, a change that a later check
+    is known to refuse is followed by the change that check wants."""
     started = time.monotonic()
     if facts is None:
         return SearchResult((), "none", "not checked against SGLang: crashdoc has no argument facts for this release")
@@ -121,6 +125,7 @@ def accepted_fix(
     current = Current.of(flags, facts, logged, command.environment if command is not None else ())
     ranked = candidates(failure, current, facts)
     if interpreter is None or command is None:
+        ranked = _ahead(ranked, current, facts, checks)
         return _ranked(ranked, command, release, facts, interpreter, started)
     return _searched(failure, current, command, ranked, facts, interpreter, budget, understand, started)
 
@@ -153,6 +158,68 @@ def _ranked(
         0,
         time.monotonic() - started,
     )
+
+
+AHEAD = 2  # later checks a ranked fix is carried past, without SGLang
+
+
+def _ahead(
+    ranked: Sequence[Candidate], current: Current, facts: ArgFacts, checks: Sequence[Failure]
+) -> list[Candidate]:
+    """The best candidate carried past the release's later checks that its result is known to fail (the check's
+    condition decided by the command's values, and false when the options the command sets are at their
+    defaults: a check the command's own settings fire, not one a guard the facts cannot see keeps away)."""
+    if not ranked or not checks:
+        return list(ranked)
+    best = ranked[0]
+    for _ in range(AHEAD):
+        values = apply_values(best.changes, current.values(facts), facts)
+        if values is None:
+            break
+        now = after_changes(current, best.changes, facts)
+        failing = next((f for f in checks if _fires(f, values, now, facts)), None)
+        if failing is None:
+            break
+        here = after_changes(current, best.changes, facts)
+        later = [k for k in candidates(failing, here, facts) if k.resolves]
+        if not later:
+            break
+        best = Candidate(
+            merged(best.changes, later[0].changes),
+            f"{best.why}; then {later[0].why}",
+            best.score,
+            best.resolves,
+        )
+    return [best, *ranked[1:]]
+
+
+def after_changes(current: Current, changes: Sequence[FlagChange], facts: ArgFacts) -> Current:
+    """The command's options once the changes are made (the environment and logged values as they were)."""
+    present = dict(current.present)
+    for change in changes:
+        old = facts.option(change.flag)
+        if old is None:
+            continue
+        if change.action == "remove":
+            present.pop(old.dest, None)
+            continue
+        target = change.new_flag if change.action == "replace" and change.new_flag else change.flag
+        option = facts.option(target) or old
+        if option.dest != old.dest:
+            present.pop(old.dest, None)
+        words = tuple(change.value.split()) if change.value and option.many else (change.value,) if change.value else ()
+        present[option.dest] = (target, words)
+    return Current(present, current.logged, current.environment)
+
+
+def _fires(check: Failure, values: Mapping[str, object], current: Current, facts: ArgFacts) -> bool:
+    if not check.condition or not any(d in check.condition for d in current.present):
+        return False
+    fails = check.kind != "assert"
+    if conditions.evaluate(check.condition, values, facts) is not fails:
+        return False
+    defaults = {d: v for d, v in values.items() if d not in current.present}
+    return conditions.evaluate(check.condition, defaults, facts) is not fails
 
 
 @dataclass(slots=True)
