@@ -74,9 +74,7 @@ def render(template: str, captures: Mapping[str, str], flags: Mapping[str, str])
     return None if missing else text
 
 
-def render_text(
-    template: str, captures: Mapping[str, str], flags: Mapping[str, str], flag: str = ""
-) -> str:
+def render_text(template: str, captures: Mapping[str, str], flags: Mapping[str, str], flag: str = "") -> str:
     """Render for prose: an unknown value is a named placeholder (`<current --x + 0.05>`), never a gap."""
     return _TEMPLATE.sub(lambda m: _evaluate(m.group(1), captures, flags) or placeholder(m.group(0), flag), template)
 

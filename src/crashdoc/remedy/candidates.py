@@ -196,8 +196,38 @@ def _inside(value: str, message: str) -> bool:
 _NAME_WORD = re.compile(r"[a-z0-9]+")
 # words in flag names that say nothing about which feature a message is about
 _GENERIC = frozenset(
-    "enable disable use size mode config path backend type num max min file dir name args arg only is set "
-    "true false none auto default on off the for with".split()
+    [
+        "enable",
+        "disable",
+        "use",
+        "size",
+        "mode",
+        "config",
+        "path",
+        "backend",
+        "type",
+        "num",
+        "max",
+        "min",
+        "file",
+        "dir",
+        "name",
+        "args",
+        "arg",
+        "only",
+        "is",
+        "set",
+        "true",
+        "false",
+        "none",
+        "auto",
+        "default",
+        "on",
+        "off",
+        "the",
+        "for",
+        "with",
+    ]
 )
 
 
@@ -212,9 +242,9 @@ def described(message: str, current: Current, facts: ArgFacts) -> list[tuple[Opt
         value = [w for w in _NAME_WORD.findall(" ".join(words).lower()) if len(w) > 1 and not w.isdigit()]
         distinctive = [w for w in name if len(w) >= 4 and w not in _GENERIC]
         value_words = [w for w in value if w not in _GENERIC]
-        if len(name) >= 2 and set(name) <= said:
-            strength = 3
-        elif value_words and set(value_words) <= said and (len(value_words) >= 2 or len(value_words[0]) >= 4):
+        if (len(name) >= 2 and set(name) <= said) or (
+            value_words and set(value_words) <= said and (len(value_words) >= 2 or len(value_words[0]) >= 4)
+        ):
             strength = 3
         elif distinctive and set(distinctive) & said:
             strength = 1
