@@ -282,3 +282,31 @@ def test_the_culprit_is_found_when_the_message_names_no_flag(command: str, kind:
     stage = "parse" if kind == "SystemExit" else ""
     [best, *_] = candidates(Failure(kind, message, stage=stage), current, facts)
     assert "; ".join(describe(c) for c in best.changes) == change
+
+
+def test_the_daemons_searcher_answers_off_its_callers_thread(tmp_path: Path) -> None:
+    """The daemon's remedy stage: `request` only queues (the engine's thread never waits on SGLang), the search
+    runs on the searcher's own thread, `annotate` serves the answer; the engine's diagnosis is left alone."""
+    from crashdoc.diagnosis.crashloop import LoopTracker
+    from crashdoc.diagnosis.engine import UnitRecord
+    from crashdoc.events import Diagnosis, Fix, RootCause, Thresholds, UnitState
+    from crashdoc.remedy.accepted import FixSearcher
+    from support.sglang_env import answering_interpreter
+
+    error = "RuntimeError: Unknown diffusion LLM algorithm: none"
+    python = answering_interpreter(tmp_path / "venv" / "bin", rejects=("--dllm-algorithm", error))
+    argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--dllm-algorithm", "none")
+    unit = "sglang.service"
+    rec = UnitRecord(unit, "any", LoopTracker(unit, Thresholds()), state=UnitState(unit, exec_start=argv))
+    cause = RootCause("RuntimeError", "Unknown diffusion LLM algorithm: none", error)
+    d = Diagnosis(unit, None, "t", "flag-conflict", "critical", cause, [], Fix("s"), "fp", kind="config",
+                  sglang_version="0.5.23")  # fmt: skip
+    done: list[Diagnosis] = []
+    searcher = FixSearcher(facts=load_shipped(), derived=None, on_done=lambda unit, found: done.append(found))
+    searcher.request(d, rec)
+    assert searcher.annotate([d], {unit: rec}) == [d]  # pending: the engine's diagnosis as it is, at once
+    searcher.stop(timeout=120)
+    [found] = searcher.annotate([d], {unit: rec})
+    assert done == [found] and found.fix.changes == [FlagChange("remove", "--dllm-algorithm")]
+    assert found.fix.verified is not None and found.fix.verified.startswith("passes SGLang 0.5.23's argument checks")
+    assert d.fix.changes == [] and d.fix.verified is None

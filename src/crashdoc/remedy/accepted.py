@@ -9,8 +9,11 @@ touched: diagnoses are copied.
 from __future__ import annotations
 
 import ast
+import queue
 import re
-from collections.abc import Mapping, Sequence
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import replace
 
 from crashdoc.diagnosis.engine import UnitRecord
@@ -265,3 +268,79 @@ def accept_unit_fixes(
                                                rollback=made.rollback, warnings=made.warnings))  # fmt: skip
         out.append(found)
     return out
+
+
+class FixSearcher:
+    """The daemon's remedy stage, ready to wire: a loop's diagnosis is queued (`request`, from the engine's thread:
+    no waiting), searched on a worker thread of its own (the SGLang checks run in child processes, never under the
+    daemon's lock nor on its reading thread), and the answer served by `annotate` to /diagnoses, alerts and pages.
+    Results are kept by the unit's command and the failure's fingerprint."""
+
+    def __init__(
+        self,
+        *,
+        facts: FactsLibrary,
+        derived: DerivedLibrary | None,
+        budget: Budget = DEFAULT_BUDGET,
+        on_done: Callable[[str, Diagnosis], None] = lambda unit, d: None,
+        size: int = 256,
+        read: Reader = read_text_file,
+    ) -> None:
+        self._facts, self._derived, self._budget, self._on_done, self._size = facts, derived, budget, on_done, size
+        self._read = read
+        self._results: OrderedDict[tuple[object, ...], Diagnosis | None] = OrderedDict()
+        self._queue: queue.Queue[tuple[tuple[object, ...], Diagnosis, UnitRecord] | None] = queue.Queue()
+        self._lock = threading.Lock()
+        self._thread: threading.Thread | None = None
+
+    @staticmethod
+    def _key(d: Diagnosis, rec: UnitRecord) -> tuple[object, ...]:
+        cmdline = rec.state.exec_start if rec.state is not None else ()
+        return (d.unit, tuple(cmdline), d.fingerprint)
+
+    def request(self, d: Diagnosis, rec: UnitRecord) -> None:
+        """Queue a search for this diagnosis (a copy of the unit's record's state is all it reads)."""
+        if not searchable(d) or rec.state is None or not rec.state.exec_start:
+            return
+        key = self._key(d, rec)
+        with self._lock:
+            if key in self._results:
+                return
+            self._results[key] = None  # pending
+            while len(self._results) > self._size:
+                self._results.popitem(last=False)
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._work, name="crashdoc-search", daemon=True)
+                self._thread.start()
+        self._queue.put((key, d, rec))
+
+    def annotate(self, diagnoses: Sequence[Diagnosis], units: Mapping[str, UnitRecord]) -> list[Diagnosis]:
+        out = []
+        for d in diagnoses:
+            rec = units.get(d.unit)
+            with self._lock:
+                found = self._results.get(self._key(d, rec)) if rec is not None else None
+            out.append(found if found is not None else d)
+        return out
+
+    def stop(self, timeout: float = 10.0) -> None:
+        if self._thread is not None:
+            self._queue.put(None)
+            self._thread.join(timeout=timeout)
+
+    def _work(self) -> None:
+        while True:
+            item = self._queue.get()
+            if item is None:
+                return
+            key, d, rec = item
+            try:
+                [found] = accept_unit_fixes(
+                    [d], {d.unit: rec}, facts=self._facts, derived=self._derived, budget=self._budget, read=self._read
+                )
+            except Exception as exc:  # never let a search take the daemon down
+                note = f"the search for a fix SGLang accepts failed: {type(exc).__name__}: {exc}"
+                found = replace(d, fix=replace(d.fix, warnings=[*d.fix.warnings, note]))
+            with self._lock:
+                self._results[key] = found
+            self._on_done(d.unit, found)
