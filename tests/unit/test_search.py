@@ -84,8 +84,9 @@ def test_one_step_short_is_searched_on_to_the_smallest_change_that_passes(stand_
     assert result.status == "passed", result
     assert sorted((c.action, c.flag) for c in result.changes) == [("add", "--enable-y"), ("remove", "--z")]
     assert result.verified.startswith("passes SGLang 0.5.99's argument checks (")
-    assert "tried: add --enable-y -> passes this check, then fails: ValueError: --enable-y cannot be used with --z" in (
-        result.tried
+    assert (
+        "tried: `add --enable-y` -> passes this check, then fails: ValueError: --enable-y cannot be used with --z"
+        in (result.tried)
     )
     assert result.command is not None and "--enable-y" in result.command and "--z" not in result.command.split()
 
@@ -107,7 +108,7 @@ def test_a_change_sglang_rejected_with_the_same_error_is_never_presented(stand_i
     assert ranked[0].changes == (FlagChange("set", "--mode", "b"),)  # what crashdoc alone would say
     result = _search(tree, facts, "--x 1 --enable-y --always-fails --mode a", failure)
     assert result.status == "passed" and result.changes == (FlagChange("remove", "--always-fails"),)
-    assert "tried: set --mode b -> still fails: ValueError: --always-fails is never accepted" in result.tried
+    assert "tried: `set --mode b` -> still fails: ValueError: --always-fails is never accepted" in result.tried
 
 
 def test_without_an_interpreter_the_facts_rank_and_it_is_said_so(stand_in: tuple[Path, ArgFacts]) -> None:

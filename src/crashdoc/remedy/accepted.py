@@ -124,11 +124,13 @@ def with_result(d: Diagnosis, result: SearchResult, note: str = "") -> Diagnosis
     changes = list(fix.changes)
     if result.changes and after != before:
         changes = list(result.changes)
-        summary = f"{'; '.join(describe(c) for c in result.changes)}: {result.why}."
+        summary = f"{'; '.join(f'`{describe(c)}`' for c in result.changes)}: {result.why}."
+        if not fix.changes and not result.checked:  # the diagnosis's own advice, unchecked: keep it beside
+            summary = f"{summary} {fix.summary}"
         gone = {c.flag for c in fix.changes} - {c.flag for c in result.changes}
         warnings = [w for w in warnings if not any(flag in w for flag in gone)]
         if fix.changes:
-            warnings.append(f"crashdoc's first answer was {'; '.join(describe(c) for c in fix.changes)}")
+            warnings.append(f"crashdoc's first answer was {'; '.join(f'`{describe(c)}`' for c in fix.changes)}")
     elif not result.changes and result.status == "none" and result.checked:
         changes = []  # SGLang was asked, and rejected every change crashdoc could justify: none is shown
     if note:
@@ -166,8 +168,8 @@ def accept_fixes(
     out = []
     checks: dict[str, list[Failure]] = {}
     for d in diagnoses:
-        if not searchable(d):
-            out.append(d)
+        if not searchable(d) or (command is None and any(not c.placeholder for c in d.fix.changes)):
+            out.append(d)  # without the command, what it sets is unknown: a fix the diagnosis has stands
             continue
         release = d.sglang_version or None
         chosen, note = facts_for(facts, release)

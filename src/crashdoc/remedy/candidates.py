@@ -83,7 +83,8 @@ class Current:
         environment: Iterable[tuple[str, str]] = (),
     ) -> Current:
         present: dict[str, tuple[str, tuple[str, ...]]] = {}
-        for flag, words in flags:
+        present_flags = list(flags)
+        for flag, words in present_flags:
             option = facts.option(flag)
             if option is not None:
                 present[option.dest] = (flag, tuple(words))
@@ -92,6 +93,10 @@ class Current:
             option = facts.option(flag)
             if option is not None:
                 values[option.dest] = logged_value(option, text)
+                if not present_flags and option.dest not in present and _set_in_log(option, values[option.dest]):
+                    # no command: what the log's server_args shows set is what the command set
+                    words = () if option.switch else tuple(str(values[option.dest]).split() if option.many else [text])
+                    present[option.dest] = (option.flag, tuple(w.strip("'\"") for w in words))
         return cls(present, values, dict(environment))
 
     def value(self, option: Option) -> Any:
@@ -109,6 +114,16 @@ class Current:
             if option is not None:
                 out[dest] = self.value(option)
         return out
+
+
+def _set_in_log(option: Option, value: Any) -> bool:
+    """A logged value that a command must have set: not the default, not unset (resolution fills some in, so
+    only a switch turned on or a value the release has no default for... is taken as the user's)."""
+    if value is UNKNOWN or value is None or value == option.default:
+        return False
+    if option.switch:
+        return value is True and option.default is False
+    return option.default is None or option.default is UNKNOWN
 
 
 def logged_value(option: Option, text: str) -> Any:
@@ -486,20 +501,20 @@ def candidates(failure: Failure, current: Current, facts: ArgFacts) -> list[Cand
     suspects = culprits(message, current, facts)
     named = named_options(message, facts)
     for option in suspects:
-        _vary(c, option, offered, f"the message quotes {current.present[option.dest][0]}'s value", 52)
+        _vary(c, option, offered, f"the message quotes `{current.present[option.dest][0]}`'s value", 52)
     for option in chosen_for_it(message, current, facts, offered):
-        _vary(c, option, offered, f"the message quotes the value SGLang chose for {option.flag}", 46)
+        _vary(c, option, offered, f"the message quotes the value SGLang chose for `{option.flag}`", 46)
     present = [o for o in named if o.dest in current.present]
     for i, option in enumerate(present):  # the first flag a message names is what it is about
-        _vary(c, option, offered, f"the message names {option.flag}", 48 - 4 * min(i, 3))
+        _vary(c, option, offered, f"the message names `{option.flag}`", 48 - 4 * min(i, 3))
     for option in named:
         if option.dest not in current.present:
-            _supply(c, option, offered, f"the message asks for {option.flag}")
+            _supply(c, option, offered, f"the message asks for `{option.flag}`")
     for option in unreadable_json(failure.exception_type, message, current, facts):
-        _vary(c, option, offered, f"{option.flag}'s value is not JSON", 50)
+        _vary(c, option, offered, f"`{option.flag}`'s value is not JSON", 50)
     if not suspects and not present:
         for option, strength in described(message, current, facts):
-            _vary(c, option, offered, f"the message describes {option.flag}", 32 + 3 * strength)
+            _vary(c, option, offered, f"the message describes `{option.flag}`", 32 + 3 * strength)
     _from_hints(c, message)
     ranked = sorted(c.found.values(), key=lambda k: (-k.score, len(k.changes), k.key().__repr__()))
     return ranked[:MAX_CANDIDATES]
@@ -550,11 +565,13 @@ def _from_hints(c: _Collector, message: str) -> None:
         value = m.group("value")
         if option.switch:
             c.add(
-                [change_to(option, option.action != "store_false", c.current)], f"the message proposes {m.group(0)}", 48
+                [change_to(option, option.action != "store_false", c.current)],
+                f"the message proposes `{m.group(0)}`",
+                48,
             )
         elif value and option.accepts(value) is not False:
             typed = conditions.typed(option, option.flag, (value,))
-            c.add([change_to(option, typed, c.current)], f"the message proposes {option.flag} {value}", 50)
+            c.add([change_to(option, typed, c.current)], f"the message proposes `{option.flag} {value}`", 50)
 
 
 def _from_argparse(c: _Collector, message: str, offered: Sequence[str]) -> None:
@@ -576,7 +593,7 @@ def _from_argparse(c: _Collector, message: str, offered: Sequence[str]) -> None:
         for match in re.findall(r"--[\w-]+", m.group("matches"))[:MAX_CHOICES]:
             words = next((w for d, (f, w) in c.current.present.items() if f == flag), ())
             change = FlagChange("replace", flag, " ".join(words) or None, match)
-            c.add([change], f"argparse cannot tell which option {flag} means", 55)
+            c.add([change], f"argparse cannot tell which option `{flag}` means", 55)
         return
     m = _NOT_ALLOWED.search(message)
     if m:
@@ -587,7 +604,7 @@ def _from_argparse(c: _Collector, message: str, offered: Sequence[str]) -> None:
     if m:  # `argument --x: invalid choice: ...`, `... invalid loads value`, `expected one argument`
         option = c.facts.option(m.group("flags").split("/", 1)[0])
         if option is not None and option.dest in c.current.present:
-            _vary(c, option, offered, f"argparse refuses {option.flag}'s value", 60)
+            _vary(c, option, offered, f"argparse refuses `{option.flag}`'s value", 60)
 
 
 def _from_condition(c: _Collector) -> None:
@@ -606,7 +623,7 @@ def _from_condition(c: _Collector) -> None:
         for value in _domain(option, c, constants):
             change = change_to(option, value, c.current)
             shown = "its default" if value == option.default else repr(value)
-            c.add([change], f"SGLang checks `{_short(failure.condition)}`: {option.flag} -> {shown}", 45)
+            c.add([change], f"SGLang checks `{_short(failure.condition)}`: `{option.flag}` -> {shown}", 45)
 
 
 def _domain(option: Option, c: _Collector, constants: Sequence[Any]) -> list[Any]:

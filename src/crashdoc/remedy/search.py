@@ -100,7 +100,8 @@ def merged(applied: Sequence[FlagChange], more: Sequence[FlagChange]) -> tuple[F
 
 
 def shown(changes: Sequence[FlagChange]) -> str:
-    return ", ".join(describe(c) for c in changes) or "no change"
+    """Changes as code (`remove --api-key`): a secret flag's redaction then masks its value, not the prose after."""
+    return ", ".join(f"`{describe(c)}`" for c in changes) or "no change"
 
 
 def accepted_fix(
@@ -125,7 +126,8 @@ def accepted_fix(
     current = Current.of(flags, facts, logged, command.environment if command is not None else ())
     ranked = candidates(failure, current, facts)
     if interpreter is None or command is None:
-        ranked = _ahead(ranked, current, facts, checks)
+        if command is not None:  # the log's resolved values are not what the user set: only a command's
+            ranked = _ahead(ranked, current, facts, checks)
         return _ranked(ranked, command, release, facts, interpreter, started)
     return _searched(failure, current, command, ranked, facts, interpreter, budget, understand, started)
 
