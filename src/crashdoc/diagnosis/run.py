@@ -29,6 +29,7 @@ MAX_TRACEBACKS = 16
 MAX_LINE_MATCHES = 32
 MAX_EVIDENCE_LINES = 40
 MAX_HANDLED = 16
+MAX_LOOSE = 400
 
 
 @dataclass(slots=True)
@@ -89,6 +90,11 @@ class Run:
     sglang_release: str = ""  # the SGLang release its interpreter imports, read when the run began
     sglang_release_from: str = ""  # where that was read
     logged_release: str = ""  # the release its own output named ("sglang version: X", pip's "sglang-X")
+    # pasted logs only (`Engine(lone_lines=True)`): the lines no traceback, marker or line signature took, to
+    # find a failure stated by a lone message line (no traceback, no exception type) when nothing else says
+    loose: list[tuple[int, int, str]] = field(default_factory=list)  # (seq, pid, text), the last MAX_LOOSE
+    serving_seq: int = 0  # the last decode/prefill batch or answered request: what came before was survived
+    lone: list[Traceback] = field(default_factory=list)  # failures read from lone lines, as frameless tracebacks
 
     @property
     def ended(self) -> bool:
@@ -113,8 +119,9 @@ class Run:
             return False
         if self.exit_code is not None:
             return not (self.exit_code == "exited" and self.exit_status in ("0", "SUCCESS"))
-        # a pasted log: a fatal traceback, or failure lines (NCCL's watchdog) and then SGLang's teardown
-        return bool(self.tracebacks) or (self.tore_down and bool(self.line_hits))
+        # a pasted log: a fatal traceback, a failure stated by a lone line, or failure lines (NCCL's watchdog)
+        # and then SGLang's teardown
+        return bool(self.tracebacks) or bool(self.lone) or (self.tore_down and bool(self.line_hits))
 
     @property
     def lifetime(self) -> float | None:
@@ -208,6 +215,12 @@ class Run:
         """The open tracebacks of a run that systemd says is still running: it survived them."""
         chosen = [tb for tb in self.tracebacks if tb.seq in self.open_tracebacks]
         return [self._settle_open(tb, reason, "running") for tb in chosen]
+
+    def add_loose(self, line: LogLine, seq: int) -> None:
+        """A line of a pasted log that nothing else took: kept (bounded) for the lone-line reading."""
+        self.loose.append((seq, line.pid, line.text))
+        if len(self.loose) > 2 * MAX_LOOSE:
+            del self.loose[:MAX_LOOSE]
 
     def add_line_hit(self, hit: LineHit) -> None:
         if len(self.line_hits) < MAX_LINE_MATCHES:

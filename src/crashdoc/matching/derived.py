@@ -337,7 +337,7 @@ class DerivedLibrary:
         best: tuple[tuple[int, int, int], DerivedMatch] | None = None
         for index in self._candidates(text):
             _, type_, pattern, length = _head(rows[index])
-            if type_ != short:
+            if short and type_ != short:  # no type: a lone line, matched on its message alone
                 continue
             regex = self._compiled.get(index)
             if regex is None:
