@@ -24,7 +24,16 @@ from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Transition
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
 from crashdoc.diagnosis.rootcause import Finding, judge_lone, line_findings, root_cause, traceback_finding
 from crashdoc.diagnosis.run import Handled, LineHit, Run
-from crashdoc.events import Diagnosis, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
+from crashdoc.events import (
+    BAD_REQUEST,
+    Diagnosis,
+    Lifecycle,
+    LifecycleRecord,
+    LogLine,
+    Thresholds,
+    Traceback,
+    UnitState,
+)
 from crashdoc.matching.matcher import Facts, Matcher
 
 MAX_INVOCATIONS = 16
@@ -497,6 +506,8 @@ class Engine:
                     )
                 d.severity = "warning"
                 d.handled = h.reason
+                if h.request:
+                    d.kind = BAD_REQUEST
                 out.append(d)
         out.sort(key=lambda d: -d.crashes)
         return out

@@ -23,7 +23,7 @@ from crashdoc.assembly.fingerprint import fingerprint_text, fingerprint_tracebac
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.traceback import FATAL_TYPE, TRACEBACK_HEAD
 from crashdoc.diagnosis.category import guess_category
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.run import LineHit, Run, request_record
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher
@@ -192,7 +192,7 @@ def judge_lone(inv: Run, matcher: Matcher) -> None:
     for i, (seq, pid, text) in enumerate(loose):
         _, rank, body = split_prefix(text)
         body = body.strip()
-        if len(body) < 12 or _WARNING_WORDS.search(body) or seq <= max(ready, inv.serving_seq):
+        if len(body) < 12 or _WARNING_WORDS.search(body) or seq <= max(ready, inv.serving_seq) or request_record(body):
             continue
         record = [body]
         for nseq, npid, ntext in loose[i + 1 : i + 1 + _CONTINUATION_LINES]:
@@ -226,10 +226,16 @@ def _line_finding(hit: LineHit) -> Finding:
         message=hit.match.line,
         line=hit.match.line,
         match=hit.match,
+        category_guess=_line_category(hit.match.line),
         timestamp=hit.line.timestamp,
     )
     finding.evidence.append(hit.line.text.strip()[:300])
     return finding
+
+
+def _line_category(line: str) -> str:
+    """Where a failure line happened, from what it says (a native error names its extension's file)."""
+    return guess_category(ExceptionInfo(type="", message=line))
 
 
 def _line_before(inv: Run, matcher: Matcher, dump: Traceback) -> Finding | None:
@@ -277,6 +283,7 @@ def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
             message=hit.match.line,
             line=hit.match.line,
             match=hit.match,
+            category_guess=_line_category(hit.match.line),
             timestamp=hit.line.timestamp,
             evidence=[hit.line.text.strip()],
             processes=[str(hit.line.pid)],

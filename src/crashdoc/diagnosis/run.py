@@ -16,13 +16,14 @@ native crash dump is fatal from the start.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.markers import TEARDOWN_KINDS, handled_wording
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.events import LifecycleRecord, LogLine, Marker, Match, Traceback
+from crashdoc.events import BAD_REQUEST, LifecycleRecord, LogLine, Marker, Match, Traceback
 from crashdoc.sources.lifecycle import describe_exit
 
 MAX_TRACEBACKS = 16
@@ -49,6 +50,7 @@ class Handled:
     count: int = 1  # the same error again (same fingerprint: another rank, port or request)
     kind: str = ""  # its kind of failure, once the engine has matched it
     kept: bool = True  # False past MAX_HANDLED distinct errors: counted, not kept
+    request: bool = False  # raised while serving one request (a request handler's error answer): kind "bad request"
     fingerprint: str = ""
     processes: list[str] = field(default_factory=list)  # the ranks or PIDs that logged it (bounded)
 
@@ -150,6 +152,9 @@ class Run:
         record = tb.logged_with or tb.header  # the record it was printed under, or the text before it on its line
         worded = not _fatal_by_nature(tb) and bool(record) and handled_wording(record)
         reason = f"logged as: {_record_text(record)}" if worded else ""
+        if not _fatal_by_nature(tb) and request_level(tb):
+            worded = True  # SGLang answers the one request with an error and carries on: settled like worded ones
+            reason = f"{REQUEST_REASON}{f' (logged as: {_record_text(record)})' if record else ''}"
         if worded and (not tb.seq or len(self.tracebacks) >= MAX_TRACEBACKS):
             return [self._handle(tb, reason, "logged")]
         if len(self.tracebacks) < MAX_TRACEBACKS:
@@ -193,6 +198,8 @@ class Run:
                     seen.processes.append(who)
                 return seen
         entry = Handled(tb, reason, how, kept=len(self.handled) < MAX_HANDLED, fingerprint=fingerprint, processes=[who])
+        if reason.startswith(REQUEST_REASON):
+            entry.request, entry.kind = True, BAD_REQUEST
         if entry.kept:
             self.handled.append(entry)
         return entry
@@ -282,6 +289,45 @@ class Run:
             self.deactivated = True
             if self.ended_at is None:
                 self.ended_at = record.timestamp or self.last_line_at
+
+
+REQUEST_REASON = "one request failed and was answered with an error; the server went on"
+# The records SGLang and uvicorn print around one request's error: serving_base.py's logger.exception("Error in
+# request: ..."), http_server.py's "[http_server] Error: ...", uvicorn's "Exception in ASGI application", the
+# tokenize endpoints' "Error during tokenization", serving_responses.py's background requests.
+_REQUEST_RECORD = re.compile(
+    r"Error in request:|\[http_server\] Error|Exception in ASGI application|Error during (?:de)?tokenization"
+    r"|Error in preprocessing prompt inputs|Background request failed|Error handling VL reranker request"
+)
+# Frames of the code that serves one request: the OpenAI-compatible serving layer (0.4.x: openai_api/adapter.py),
+# uvicorn/starlette/fastapi dispatching a request, and http_server.py's endpoints (not its launch and warm-up).
+_REQUEST_FILES = re.compile(
+    r"entrypoints/openai/serving_\w+\.py|openai_api/adapter\.py|uvicorn/protocols/http/|starlette/routing\.py"
+    r"|fastapi/routing\.py"
+)
+_LAUNCH_FUNCTIONS = frozenset(
+    {"launch_server", "_wait_and_warmup", "_execute_server_warmup", "main", "<module>", "run"}
+)
+
+
+def request_record(text: str) -> bool:
+    """Whether a log record is one request's error answer ("[http_server] Error: ...", "Error in request: ...")."""
+    return _REQUEST_RECORD.search(text[:300]) is not None
+
+
+def request_level(tb: Traceback) -> bool:
+    """Whether a traceback was raised while serving one request (the server answers it with an error and goes
+    on): the record it was printed under says so, or a frame of a request handler is on its stack."""
+    record = tb.logged_with or tb.header
+    if record and _REQUEST_RECORD.search(record[:300]):
+        return True
+    for exc in tb.chain:
+        for frame in exc.frames:
+            if _REQUEST_FILES.search(frame.file):
+                return True
+            if frame.file.endswith("entrypoints/http_server.py") and frame.function not in _LAUNCH_FUNCTIONS:
+                return True
+    return False
 
 
 def _fatal_by_nature(tb: Traceback) -> bool:
