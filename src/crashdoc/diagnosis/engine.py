@@ -154,9 +154,12 @@ class Engine:
         matcher = self.matcher
         # one RE2 pass for the marker literals and the line signatures; find_marker is told the literal
         literal, match = matcher.scan_line(line.text)
-        if literal in SERVING_LITERALS and not inv.open_tracebacks:
+        if literal in SERVING_LITERALS:
             inv.serving_seq = seq
-            return  # a batch or access line with no traceback to resolve: what add_marker would conclude
+            if literal[-5:] == "batch":  # "Decode batch" / "Prefill batch": the load a pool failure happened at
+                inv.last_batch = line.text
+            if not inv.open_tracebacks:
+                return  # a batch or access line with no traceback to resolve: what add_marker would conclude
         marker = find_marker(line, literal or None) if literal is not None else None
         if marker is not None:
             marker.seq = seq
@@ -739,6 +742,15 @@ class Engine:
             config_change=change,
             sglang_version=release,
             sglang_version_from=release_from,
+            peers=self._peers(rec),
+        )
+
+    def _peers(self, rec: UnitRecord) -> tuple[tuple[str, dict[str, str]], ...]:
+        """The other units' flags (their last run's): a PD unit's counterpart, the workers behind a router."""
+        return tuple(
+            (other.name, self._flags(other, other.current))
+            for other in self._units.values()
+            if other is not rec and other.current is not None
         )
 
     def _build(self, rec: UnitRecord, inv: Run | None, finding: Finding, crashes: int, confidence: float) -> Diagnosis:

@@ -27,6 +27,7 @@ from crashdoc.diagnosis.run import LineHit, Run, request_record
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher
+from crashdoc.sources.routerlog import worker_urls
 
 ROOT_WINDOW_SECONDS = 120.0
 _CONSEQUENCE_TYPES = ("KeyboardInterrupt", "SystemExit", "CancelledError", "BrokenPipeError")
@@ -276,6 +277,8 @@ def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
         if sig_id in seen:
             seen[sig_id].processes.append(str(hit.line.pid))
             continue
+        if sig_id.startswith(_ROUTER):
+            workers = _router_workers(inv)
         seen[sig_id] = Finding(
             kind="line",
             fingerprint=fingerprint_text(sig_id, hit.match.line),
@@ -288,7 +291,21 @@ def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
             evidence=[hit.line.text.strip()],
             processes=[str(hit.line.pid)],
         )
+        if sig_id.startswith(_ROUTER) and workers:
+            seen[sig_id].evidence.append(f"workers the router's log names as failing: {', '.join(workers)}")
     return list(seen.values())
+
+
+_ROUTER = "router-"
+
+
+def _router_workers(inv: Run) -> list[str]:
+    """The workers the router's failure lines name (health checks, registrations), in order, once each."""
+    found: list[str] = []
+    for hit in inv.line_hits:
+        if hit.match.signature_id.startswith(_ROUTER):
+            found.extend(u for u in worker_urls(hit.match.line) if u not in found)
+    return found[:16]
 
 
 def _severity(matcher: Matcher, match: Match) -> str:

@@ -96,6 +96,7 @@ class Run:
     # find a failure stated by a lone message line (no traceback, no exception type) when nothing else says
     loose: list[tuple[int, int, str]] = field(default_factory=list)  # (seq, pid, text), the last MAX_LOOSE
     serving_seq: int = 0  # the last decode/prefill batch or answered request: what came before was survived
+    last_batch: str = ""  # the last "Decode batch"/"Prefill batch" line: how loaded the server was (pools actions)
     lone: list[Traceback] = field(default_factory=list)  # failures read from lone lines, as frameless tracebacks
 
     @property

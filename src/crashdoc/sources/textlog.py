@@ -23,6 +23,7 @@ from datetime import datetime
 
 from crashdoc.events import LifecycleRecord, LogLine
 from crashdoc.sources.lifecycle import parse_pid1_text
+from crashdoc.sources.routerlog import is_router_log, parse_router_line
 from crashdoc.text import clean
 
 _HOST_IDENT = r" (?P<host>\S+) (?P<ident>[^\s\[\]:]+)(?:\[(?P<pid>\d+)\])?: ?(?P<msg>.*)$"
@@ -70,6 +71,8 @@ def parse_text(text: str) -> ParsedText:
     raw = [clean(line[:MAX_LINE_CHARS]) for line in text.splitlines()]
     raw, pids, notes = normalize(raw)
     fmt = detect_format(raw)
+    if fmt == "plain" and is_router_log(raw):
+        return ParsedText(list(_router_lines(raw, pids)), "router", [*notes, "parsing the SGLang router's log format"])
     if fmt == "plain":
         plain = [LogLine(PASTED_UNIT, pid, line) for line, pid in zip(raw, pids, strict=True)]
         at = lone_exception(plain)
@@ -326,6 +329,17 @@ def lone_exception(lines: list[LogLine]) -> int | None:
         if _LONE_EXCEPTION.match(text.strip()):
             found = i
     return found
+
+
+def _router_lines(raw: list[str], pids: list[int]) -> Iterator[LogLine]:
+    """The router's records, each a line of its text form with its time (JSON records written back as text);
+    other lines (a Python traceback of the launcher that started it) as they are."""
+    for line, pid in zip(raw, pids, strict=True):
+        record = parse_router_line(line)
+        if record is None:
+            yield LogLine(PASTED_UNIT, pid, line)
+        else:
+            yield LogLine(PASTED_UNIT, pid, record.text, record.timestamp)
 
 
 def _timestamp(fmt: str, raw: str) -> float:
