@@ -188,17 +188,19 @@ def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
 # Ray prints each worker's output behind the actor and its PID: `(SGLangEngine pid=4711) File ...`,
 # `(Worker pid=88, ip=10.0.0.5) ValueError: ...`, `(raylet) ...`. The prefix is Ray's, never SGLang's: each
 # actor is a process of its own, and the prefix must not become part of the root-cause line.
-_ACTOR = re.compile(r"^\((?:(?P<name>[A-Za-z_][\w.:-]*) )?pid=(?P<pid>\d+)(?:, ip=[0-9a-fA-F.:]+)?\) ?|^\(raylet\) ")
+_ACTOR = re.compile(
+    r"^ {0,4}\((?:(?P<name>[A-Za-z_][\w.:-]*) )?pid=(?P<pid>\d+)(?:, ip=[0-9a-fA-F.:]+)?\) ?|^ {0,4}\(raylet\) "
+)
 
 
 def _strip_actor_prefixes(lines: list[str], pids: list[int]) -> tuple[list[str], list[int], str | None]:
-    if not any(line.startswith("(") and _ACTOR.match(line) for line in lines):
+    if not any("(" in line[:5] and _ACTOR.match(line) for line in lines):
         return lines, pids, None
     out: list[str] = []
     out_pids: list[int] = []
     groups: dict[str, int] = {}
     for line, pid in zip(lines, pids, strict=True):
-        m = _ACTOR.match(line) if line.startswith("(") else None
+        m = _ACTOR.match(line) if "(" in line[:5] else None
         if m is None:
             out.append(line)
             out_pids.append(pid)
