@@ -96,15 +96,19 @@ class DerivedSignature:
     def as_signature(self, category: str = "other", known: Sequence[str] = ()) -> Signature:
         """A library `Signature` view, so pages and runbook rendering treat it like any other."""
         _, path, line, _ = self.site()
+        changes, summary = self.fix, self.summary
+        if not changes and len(self.env) == 1 and not self.flags:
+            changes, said = variable_fix(self.env[0], self.template)
+            summary = f"{summary} ({said})" if summary else said
         return Signature(
             id=self.id,
             title=self.title,
             category=category,
             severity="critical",
             runbook=self.runbook(known),
-            fix_summary=self.summary,
+            fix_summary=summary,
             flags=(*self.flags, *self.env),
-            changes=self.fix,
+            changes=changes,
             exception_types=(self.exception_type,),
             message=self.pattern,
             sglang=release_range(self.releases, known or self.releases),
@@ -118,6 +122,19 @@ class DerivedSignature:
             if site[0] == release:
                 return site
         return self.sites[-1]
+
+
+_ALLOWED = re.compile(r"(?:one of|expected|must be|valid(?: values)?(?: are)?:?)\s*:?\s*'(?P<value>[\w.-]+)'")
+
+
+def variable_fix(variable: str, template: str) -> tuple[tuple[FlagChange, ...], str]:
+    """The generic change for a check that names one SGLANG_ variable and no flag: the first value the message
+    allows (`must be one of 'bf16', 'mxfp8'`), else unset the variable (SGLang's default)."""
+    m = _ALLOWED.search(template)
+    if m is not None:
+        value = m.group("value")
+        return (FlagChange("set", variable, value),), f"generic: set {variable} to '{value}', the first value it allows"
+    return (FlagChange("remove", variable),), f"generic: unset {variable}, back to SGLang's default"
 
 
 @dataclass(frozen=True, slots=True)

@@ -190,10 +190,13 @@ class Matcher:
         if context_score is None:
             return None
         score += context_score
-        if compiled.frame is not None and exc.frames:  # no frames at all (a lone line): nothing contradicts
-            if not any(compiled.frame.search(f"{f.file}:{f.function}") for f in exc.frames):
+        if compiled.frame is not None:
+            if not exc.frames and compiled.message is not None:
+                score -= 5  # a lone line: no frame contradicts the message, but one that says less wins ties
+            elif not any(compiled.frame.search(f"{f.file}:{f.function}") for f in exc.frames):
                 return None
-            score += 10
+            else:
+                score += 10
         captures: dict[str, str] = {}
         line = exc.line or f"{exc.type}: {exc.message.split(chr(10), 1)[0]}"
         if compiled.message is not None:

@@ -134,11 +134,11 @@ _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _FRAME_UNINDENTED = re.compile(r'^File "[^"]*", line \d+')
 _TYPE_LINE = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)(?::|$)"
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Warning)(?::|$)"
     r"|^(?:[a-z_]\w*\.)+[A-Z]\w*:|^Traceback \(most recent|^During handling|^The above exception"
 )
 # A paste that is one exception line: `ValueError: ...`, `torch.OutOfMemoryError: ...` (a warning is no failure)
-_LONE_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure): \S")
+_LONE_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Failure)|Exception|SystemExit): \S")
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 
 
@@ -252,12 +252,14 @@ def _strip_inner_prefixes(lines: list[str]) -> tuple[list[str], str | None]:
         return lines, None
     out: list[str] = []
     inside = False  # after a traceback's head, until a prefixed line that is no part of it
+    message = ""  # after the exception line: the prefix its message's further lines carry too
     for line in lines:
         if "Traceback (most recent call last):" in line:
             inside = True
         m = _SGLANG_PREFIX.match(line) if line.startswith("[") else None
         if m is None:
             out.append(line)
+            message = message if line.strip() else ""
             continue
         body = line[m.end() :]
         if (
@@ -266,7 +268,12 @@ def _strip_inner_prefixes(lines: list[str]) -> tuple[list[str], str | None]:
             or (inside and _TYPE_LINE.match(body))
         ):
             out.append(body if body.strip() else "")
+            message = m.group(0) if inside and body.strip() and _TYPE_LINE.match(body) else ""
             continue
+        if message and m.group(0) == message and body.strip():
+            out.append(body)  # a further line of the exception's message, stamped like its first line
+            continue
+        message = ""
         if "Traceback (most recent call last):" not in body:
             inside = False
         out.append(line)
