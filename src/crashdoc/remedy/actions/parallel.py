@@ -51,6 +51,14 @@ def tp_above_gpus_action(inputs: Inputs) -> Action:
         + (f" / --nnodes {nnodes}" if nnodes > 1 else "")
         + f" = {ranks_needed} rank(s) per node, each on a GPU of its own."
     )
+    if not visible and tp_text.startswith("no --tp-size"):
+        why.append("Neither the command nor the log says how many ranks or GPUs: count the unit's GPUs.")
+        return Action(
+            summary="set `--tp-size` (x --pp-size x --dp-size) to at most the GPUs visible to the unit "
+            "(`nvidia-smi -L`, CUDA_VISIBLE_DEVICES)",
+            changes=[FlagChange("set", "--tp-size", "<GPUs visible to the unit>", placeholder=True)],
+            why=why,
+        )
     if not visible:
         new = max(tp // 2, 1)
         why.append(f"How many GPUs the unit sees is not in the log: halving --tp-size to {new}.")
