@@ -310,7 +310,8 @@ def hardware_diagnosis(d: Diagnosis, verdict: Verdict, catalog: XidCatalog | Non
     why = [f"the kernel logged: {line}", f"tied to the crash: {cause.joined}"]
     if entry is not None:
         why.append(
-            f"NVIDIA's Xid catalog ({catalog.version}): Xid {e.code} {entry.mnemonic}, immediate action {entry.immediate} "
+            f"NVIDIA's Xid catalog ({catalog.version}): Xid {e.code} {entry.mnemonic}, "
+            f"immediate action {entry.immediate} "
             f"({catalog.meaning(entry.immediate)}), investigatory action {entry.investigatory}; "
             f"points at the {entry.points_at}"
         )
