@@ -185,3 +185,17 @@ def attribute(
     if not bus:
         return []
     return [(unit, rank) for unit, (_, ranks) in units.items() for rank, ref in ranks.items() if ref.bus_id == bus]
+
+
+def xid_labels(
+    event: GpuEvent, gpus: GpuMap, units: Mapping[str, tuple[Mapping[int, str], Mapping[str, GpuRef]]]
+) -> list[tuple[str, str, str]]:
+    """(gpu, xid, unit) label values under which an Xid is counted (crashdoc_gpu_xid_total): the GPU's index on
+    the host (its bus id when the host's map does not list it), the Xid, and each unit it belongs to ("" for
+    none: a GPU no watched unit uses). Bounded: GPUs of the host x Xids x watched units."""
+    if event.kind != "xid" or event.code is None:
+        return []
+    info = gpus.by_bus(event.bus_id) if event.bus_id else None
+    gpu = str(info.index) if info is not None else (event.bus_id or "unknown")
+    owners = sorted({unit for unit, _ in attribute(event, units)}) or [""]
+    return [(gpu, str(event.code), unit) for unit in owners]
