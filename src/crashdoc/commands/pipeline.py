@@ -128,11 +128,14 @@ def explain_text_with_warnings(
     text: str, library: Library, matcher: Matcher | None = None, release: tuple[str, str] | None = None
 ) -> tuple[list[Diagnosis], list[Diagnosis]]:
     """Diagnose one pasted log: (failures, tracebacks the server survived)."""
-    from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste
     from crashdoc.sources.textlog import parse_text
 
     engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder(release))
-    gpu = read_paste(text)  # the kernel's GPU lines (Xid, ...), read apart from the program's log
+    gpu = None
+    if "NVRM" in text or "SXid" in text:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
+        from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste
+
+        gpu = read_paste(text)
     parsed = parse_text(gpu.rest if gpu is not None else text)
     feed(engine, parsed.events)
     engine.finish()

@@ -23,7 +23,6 @@ from typing import TYPE_CHECKING
 from systemd import journal
 
 from crashdoc.events import GpuEvent, Lifecycle, LifecycleRecord, LogLine, WatchRule
-from crashdoc.sources.kernel_gpu import KernelGpuReader, may_be_gpu_line
 from crashdoc.sources.lifecycle import (
     COREDUMP_MESSAGE_ID,
     MESSAGE_IDS,
@@ -35,6 +34,7 @@ from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
     from crashdoc.sources.fastread import BatchReader
+    from crashdoc.sources.kernel_gpu import KernelGpuReader
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
 MAX_GPU_EVENTS = 10_000  # kernel GPU events kept until drained (a storm of Xid 13 must not grow without bound)
@@ -161,6 +161,8 @@ class JournalSource:
         """Also collect the kernel's GPU fault lines into `gpu_events` (the caller drains it; at most
         MAX_GPU_EVENTS are kept). Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
         if self._gpu_lines is None:
+            from crashdoc.sources.kernel_gpu import KernelGpuReader  # its patterns are compiled only when asked
+
             self._gpu_lines = KernelGpuReader()
 
     # --- positioning ---------------------------------------------------------------------
@@ -483,7 +485,7 @@ class JournalSource:
             message = get("MESSAGE")
         except KeyError:
             return None
-        if self._gpu_lines is not None and may_be_gpu_line(message):
+        if self._gpu_lines is not None and self._gpu_lines.wants(message):
             text = terminal_safe(message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
             self.gpu_events += self._gpu_lines.feed(text, realtime() / 1e6)
             del self.gpu_events[:-MAX_GPU_EVENTS]

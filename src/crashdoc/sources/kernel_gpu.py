@@ -83,6 +83,11 @@ class KernelGpuReader:
     _uuids: dict[str, str] = field(default_factory=dict)  # bus id -> GPU UUID the driver named
     _pending: tuple[str, float, float | None, int, list[str]] | None = None  # "The NVIDIA GPU X" awaiting its end
 
+    @staticmethod
+    def wants(message: bytes) -> bool:
+        """The cheap test run on every kernel record before it is decoded."""
+        return may_be_gpu_line(message)
+
     def feed(self, message: str, timestamp: float = 0.0, uptime: float | None = None) -> list[GpuEvent]:
         """Events in one kernel record (a record may hold several lines, as the driver printed them)."""
         out: list[GpuEvent] = []
