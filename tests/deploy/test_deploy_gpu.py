@@ -18,6 +18,7 @@ from crashdoc.diagnosis.hardware import can_cause
 from crashdoc.events import GpuEvent
 from crashdoc.matching.gpu_catalog import load_catalog
 from support.e2e import free_port, wait_for
+from support.gpu_faults import FAULT_LABELS
 from support.monitoring import ALERTMANAGER, Access, needs_alertmanager
 
 REPO = Path(__file__).resolve().parents[2]
@@ -27,13 +28,7 @@ DASHBOARD = REPO / "deploy" / "grafana" / "dashboards" / "crashdoc.json"
 GPU_FAULT = {
     "alertname": "SGLangGPUFault",
     "instance": "gpu-030",
-    "unit": "sglang-prefill.service",
-    "signature": "gpu-fault-bus",
-    "xid": "79",
-    "gpu": "6",
-    "bus_id": "0000:c1:00.0",
-    "rank": "TP3",
-    "action": "drain",
+    **FAULT_LABELS,
     "severity": "critical",
     "oncall": "hardware",
 }

@@ -24,6 +24,9 @@ BUSES = (
 )
 VISIBLE = "3,4,5,6"  # the unit's CUDA_VISIBLE_DEVICES: TP3 -> device 3 -> GPU 6 -> 0000:c1:00.0
 T0 = 1_800_000_000.0  # the crash loop's clock (seconds since the epoch)
+# crashdoc_gpu_fault_info's labels for an Xid 79 on TP3's GPU of the fixture host (GPU 6, 0000:c1:00.0)
+FAULT_LABELS = {"unit": UNIT, "signature": "gpu-fault-bus", "xid": "79", "gpu": "6", "bus_id": "0000:c1:00.0",
+                "rank": "TP3", "action": "drain"}  # fmt: skip
 
 
 def xid(code: int, detail: str, bus: str = "0000:c1:00", pid: int | str | None = None, name: str = "python3") -> str:

@@ -12,7 +12,7 @@ from crashdoc.outputs.gpu_metrics import GpuFaultCollector
 from crashdoc.outputs.metrics import exposition, make_registry
 from crashdoc.sources.kernel_gpu import KernelGpuReader
 from crashdoc.sources.nvidia_gpus import read_gpu_map
-from support.gpu_faults import FAMILY_LINES, FIXTURE_ROOT, xid
+from support.gpu_faults import FAMILY_LINES, FAULT_LABELS, FIXTURE_ROOT, xid
 
 GPUS = read_gpu_map(FIXTURE_ROOT)
 UNITS = {
@@ -79,16 +79,7 @@ def test_a_hardware_diagnosis_is_a_gpu_fault_series_with_its_action() -> None:
     [event] = KernelGpuReader().feed(FAMILY_LINES[79], 99.0)
     hardware = hardware_diagnosis(software(), decide(crash, [event]))
     registry = make_registry(GpuFaultCollector(dict, lambda: [hardware, software()], threading.Lock()))
-    labels = {
-        "unit": "sglang-prefill.service",
-        "signature": "gpu-fault-bus",
-        "xid": "79",
-        "gpu": "6",
-        "bus_id": "0000:c1:00.0",
-        "rank": "TP3",
-        "action": "drain",
-    }
-    assert registry.get_sample_value("crashdoc_gpu_fault_info", labels) == 1.0
+    assert registry.get_sample_value("crashdoc_gpu_fault_info", FAULT_LABELS) == 1.0
     text = exposition(registry).decode()
     assert text.count("crashdoc_gpu_fault_info{") == 1  # the software diagnosis is no GPU fault
 
