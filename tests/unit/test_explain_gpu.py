@@ -159,3 +159,10 @@ def test_dmesg_without_a_wall_clock_cannot_be_ordered(tmp_path: Path) -> None:
 
 def test_a_paste_of_kernel_lines_alone_finds_no_failure(tmp_path: Path) -> None:
     assert explain(tmp_path, XID79) == {"diagnoses": [], "warnings": []}
+
+
+def test_a_flood_of_teardown_xids_is_one_evidence_line(tmp_path: Path) -> None:
+    flood = [dmesg_t(T + 60 + i / 100, FAMILY_LINES[13]) for i in range(5000)]
+    d = only(tmp_path, [*CRASH, *TEARDOWN, *flood])
+    [gpu] = [e for e in d["evidence"] if e.startswith("GPU:")]
+    assert gpu.endswith("after the crash (teardown), not its cause (x5000, the last 109.0 s after)")

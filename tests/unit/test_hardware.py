@@ -10,7 +10,7 @@ import dataclasses
 import pytest
 
 from crashdoc.diagnosis.gpus import CrashFacts, GpuRef
-from crashdoc.diagnosis.hardware import HARDWARE, WINDOW, decide, hardware_diagnosis
+from crashdoc.diagnosis.hardware import HARDWARE, TEARDOWN, WINDOW, decide, hardware_diagnosis
 from crashdoc.events import Diagnosis, Fix, FlagChange, GpuEvent, RootCause
 from crashdoc.sources.kernel_gpu import KernelGpuReader
 from support.gpu_faults import FAMILY_LINES, FELL_OFF, SXID_FATAL, xid
@@ -145,8 +145,14 @@ def test_an_xid_logged_during_teardown_is_after_the_crash() -> None:
 
 
 def test_a_burst_of_teardown_xids_is_one_line_with_its_count() -> None:
-    verdict = decide(CRASH, [event(FAMILY_LINES[13], T + 60)] * 12)
-    assert len(verdict.evidence) == 1 and verdict.evidence[0].endswith("(x12)")
+    burst = [event(FAMILY_LINES[13], T + 60 + i / 2) for i in range(12)]
+    later = event(FAMILY_LINES[13], T + TEARDOWN + 1)  # long after: another story, not this crash's teardown
+    verdict = decide(CRASH, [*burst, later])
+    assert len(verdict.evidence) == 1
+    assert verdict.evidence[0].endswith(
+        "60.0 s after the crash's first error line: after the crash (teardown), not its "
+        "cause (x12, the last 65.5 s after)"
+    )
 
 
 def test_other_processes_other_gpus_and_old_faults_change_nothing() -> None:

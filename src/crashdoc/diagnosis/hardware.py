@@ -31,6 +31,7 @@ HARDWARE = (
     "hardware"  # the diagnosis kind: the GPU or its driver failed, no flag helps (decided here, never by a signature)
 )
 WINDOW = 30.0  # seconds before the crash's first error line in which a fault is taken as its cause
+TEARDOWN = 300.0  # seconds after it in which GPU lines are shown as its teardown (later ones are another story)
 MAX_EVIDENCE = 8
 # what a crash says when the device it wants is not there (a GPU that fell off the bus stays gone until a reboot)
 _DEVICE_MISSING = re.compile(
@@ -91,12 +92,14 @@ def decide(
     )
     candidates: list[GpuFinding] = []
     gone: list[GpuFinding] = []
-    notes: list[str] = []
+    notes = _Notes()
     recoveries: list[tuple[str, str]] = []  # (bus, words) of Xid 154 lines
+    joins: dict[tuple[str, int | None, str, int | None], tuple[str, GpuRef, str] | None] = {}
     for e in events:
-        if e.kind == "driver-loaded" or (e.timestamp and e.timestamp < since):
+        if e.kind == "driver-loaded" or (e.timestamp and (e.timestamp < since or e.timestamp > crash_at + TEARDOWN)):
             continue
-        joined = _join(e, crash, catalog, assume_joined)
+        key = (e.kind, e.code, e.bus_id, e.pid)  # a storm of the same Xid is joined once
+        joined = joins[key] if key in joins else joins.setdefault(key, _join(e, crash, catalog, assume_joined))
         if joined is None:
             continue
         rank, gpu, how = joined
@@ -104,25 +107,24 @@ def decide(
         label = describe(e, catalog)
         if not e.timestamp or not crash_at:
             missing = "the time since boot only" if not e.timestamp else "no time for the crash"
-            notes.append(f"{label} on {where}: {missing}, so it cannot be ordered against the crash")
+            notes.add((key, "undated"), f"{label} on {where}: {missing}, so it cannot be ordered against the crash")
             continue
         before = crash_at - e.timestamp
         if before < -tolerance:
-            notes.append(
-                f"{label} on {where}, {-before:.1f} s after the crash's first error line: after the crash "
-                "(teardown), not its cause"
-            )
+            text = f"{label} on {where}, {-before:.1f} s after the crash's first error line: after the crash (teardown)"
+            notes.add((key, "after"), f"{text}, not its cause", f"the last {-before:.1f} s after")
             continue
         before = max(before, 0.0)
         if e.kind == "xid" and e.code == 154:
             recoveries.append((e.bus_id, e.recovery))
-            notes.append(f"{label} on {where}: the driver now asks for {e.recovery or 'a recovery action'}")
+            notes.add(
+                (key, e.recovery), f"{label} on {where}: the driver now asks for {e.recovery or 'a recovery action'}"
+            )
             continue
         if not can_cause(e, catalog):
             if before <= window:
-                notes.append(
-                    f"{label} on {where}, {before:.1f} s before the crash's first error line: {why_not(e, catalog)}"
-                )
+                text = f"{label} on {where}, {before:.1f} s before the crash's first error line: {why_not(e, catalog)}"
+                notes.add((key, "before"), text, f"the last {before:.1f} s before")
             continue
         finding = GpuFinding(e, rank, gpu, how, before, action_of(e, catalog), is_gone(e))
         if before <= window:
@@ -131,20 +133,22 @@ def decide(
             gone.append(finding)
     if crash.kind == "config" and (candidates or gone):
         for f in candidates:
-            notes.append(
+            notes.add(
+                (f.event.kind, f.event.code, f.event.bus_id, "config"),
                 f"{describe(f.event, catalog)} on {_where(f.gpu, f.rank)}, {f.before:.1f} s before the crash: the "
                 "GPU failed too, but this crash is SGLang's own argument check: fix the flag, and "
-                f"{_ACTIONS_IN_WORDS[f.action]}"
+                f"{_ACTIONS_IN_WORDS[f.action]}",
             )
-        return Verdict(None, _bounded(notes))
+        return Verdict(None, notes.lines())
     cause: GpuFinding | None = None
     if candidates:
         cause = min(candidates, key=lambda f: (not f.gone, _points(f.event, catalog) != "hardware", -f.before))
         for other in candidates:
             if other is not cause and other.event.bus_id != cause.event.bus_id:
-                notes.append(
+                notes.add(
+                    (other.event.kind, other.event.code, other.event.bus_id, "also"),
                     f"also {describe(other.event, catalog)} on {_where(other.gpu, other.rank)}, "
-                    f"{other.before:.1f} s before"
+                    f"{other.before:.1f} s before",
                 )
     elif gone and _DEVICE_MISSING.search(crash.exception):
         latest = max(gone, key=lambda f: f.event.timestamp)
@@ -157,7 +161,7 @@ def decide(
         cause = dataclasses.replace(cause, action=wanted, gone=cause.gone or wanted in ("drain", "reboot"))
     if cause is not None and cause.gone:
         cause = dataclasses.replace(cause, action="drain")
-    return Verdict(cause, _bounded(notes), recovery)
+    return Verdict(cause, notes.lines(), recovery)
 
 
 def can_cause(e: GpuEvent, catalog: XidCatalog) -> bool:
@@ -267,15 +271,29 @@ def _where(gpu: GpuRef, rank: str) -> str:
     return f"{gpu.name()}, {rank}" if rank else gpu.name()
 
 
-def _bounded(notes: list[str]) -> tuple[str, ...]:
-    """The same line repeated (a burst of Xid 13 at teardown) once, with its count; at most MAX_EVIDENCE lines."""
-    counts: dict[str, int] = {}
-    for note in notes:
-        counts[note] = counts.get(note, 0) + 1
-    out = [f"{note} (x{n})" if n > 1 else note for note, n in counts.items()]
-    if len(out) > MAX_EVIDENCE:
-        out = [*out[: MAX_EVIDENCE - 1], f"... and {len(out) - MAX_EVIDENCE + 1} more kernel GPU lines"]
-    return tuple("GPU: " + line for line in out)
+@dataclass(slots=True)
+class _Notes:
+    """Evidence lines, one per kind of event and what it was to the crash: a burst of the same Xid at teardown
+    (thousands a second in a bad case) is one line with its count; at most MAX_EVIDENCE lines."""
+
+    items: dict[object, list] = dataclasses.field(default_factory=dict)  # key -> [text, count, last]
+
+    def add(self, key: object, text: str, last: str = "") -> None:
+        found = self.items.get(key)
+        if found is None:
+            self.items[key] = [text, 1, last]
+        else:
+            found[1] += 1
+            found[2] = last
+
+    def lines(self) -> tuple[str, ...]:
+        out = [
+            f"{text} (x{n}, {last})" if n > 1 and last else f"{text} (x{n})" if n > 1 else text
+            for text, n, last in self.items.values()
+        ]
+        if len(out) > MAX_EVIDENCE:
+            out = [*out[: MAX_EVIDENCE - 1], f"... and {len(out) - MAX_EVIDENCE + 1} more kinds of kernel GPU lines"]
+        return tuple("GPU: " + line for line in out)
 
 
 # --- the diagnosis -------------------------------------------------------------------------------------------------
