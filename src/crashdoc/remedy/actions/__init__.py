@@ -28,7 +28,7 @@ from crashdoc.remedy.actions.memory import (
     weight_load_action,
 )
 from crashdoc.remedy.actions.parallel import fp8_block_action, moe_block_action, pd_tp_action, tp_above_gpus_action
-from crashdoc.remedy.actions.pools import req_slots_action, token_pool_action
+from crashdoc.remedy.actions.pools import fraction_up_action, req_slots_action, token_pool_action
 
 __all__ = ["Action", "Inputs", "apply_action", "compute", "refine"]
 
@@ -118,6 +118,8 @@ def _runtime(inputs: Inputs, signature: str, captures: Mapping[str, str]) -> Act
         return req_slots_action(inputs)
     if signature == "hicache-host-memory-short":
         return host_pool_action(inputs, captures)
+    if signature == "kv-pool-not-enough-memory":
+        return fraction_up_action(inputs, dict(captures))
     return None
 
 

@@ -54,14 +54,15 @@ class Inputs:
 
     @property
     def ranks(self) -> int:
-        """The number of TP ranks the log shows (0 when it shows none)."""
+        """The number of TP ranks the log shows (0 when it shows none): as many as the highest rank seen says
+        there are (a paste of TP3's traceback alone shows four ranks)."""
         seen: set[str] = set()
         for m in self.markers:
             seen.update(_TP_RANK.findall(m.rank))
         if self.run is not None:
             for tb in self.run.tracebacks:
                 seen.update(_TP_RANK.findall(tb.rank))
-        return len(seen)
+        return max(int(n) for n in seen) + 1 if seen else 0
 
     def tp_size(self) -> tuple[int, str]:
         tp = as_int(self.flags.get("--tp-size"))

@@ -7,7 +7,7 @@ from __future__ import annotations
 import re
 
 from crashdoc.events import FlagChange
-from crashdoc.remedy.actions.common import Action, Inputs, as_int
+from crashdoc.remedy.actions.common import Action, Inputs, as_float, as_int
 
 _RUNNING = re.compile(r"#running-req: (?P<n>\d+)")
 _TOKENS = re.compile(r"#token: (?P<n>\d+), token usage: (?P<usage>[\d.]+)")
@@ -104,3 +104,25 @@ def req_slots_action(inputs: Inputs) -> Action | None:
         else "the request table had no free row"
     )
     return max_running_action(inputs, what)
+
+
+def fraction_up_action(inputs: Inputs, captures: dict[str, str] | None = None) -> Action | None:
+    """The KV pool got no memory after the weights: raise --mem-fraction-static by 0.05, from the value the
+    message gives (0.5.x) or the unit's own (older releases print no value)."""
+    if captures and captures.get("current"):
+        return None  # the signature's template computes it from the message
+    current = as_float(inputs.flags.get("--mem-fraction-static"))
+    if current is None:
+        return Action(
+            summary="raise `--mem-fraction-static` by 0.05 from its current value (the log does not show it) so the "
+            "KV cache gets memory after the weights",
+            changes=[FlagChange("set", "--mem-fraction-static", "<current value + 0.05>", placeholder=True)],
+            why=["SGLang's message (this release's) names the flag but not its value; the command does not say it."],
+        )
+    new = min(round(current + 0.05, 2), 0.95)
+    return Action(
+        summary=f"raise `--mem-fraction-static` from {current:g} to {new:g} so the KV cache gets memory after the "
+        "weights",
+        changes=[FlagChange("set", "--mem-fraction-static", f"{new:g}")],
+        why=[f"--mem-fraction-static {current:g} + 0.05 = {new:g} (at most 0.95)."],
+    )
