@@ -192,7 +192,7 @@ class Matcher:
         score += context_score
         if compiled.frame is not None:
             if not exc.frames and compiled.message is not None:
-                score -= 5  # a lone line: no frame contradicts the message, but one that says less wins ties
+                score -= 30  # a lone line: no frame contradicts the message, but one that asks for none wins
             elif not any(compiled.frame.search(f"{f.file}:{f.function}") for f in exc.frames):
                 return None
             else:
