@@ -177,6 +177,7 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
 _WARNING_WORDS = re.compile(r"\bwarn(?:ing)?s?\b|deprecat|\bWARN\b", re.IGNORECASE)
 _CONTINUATION_LINES = 8
 _WENT_ON_LINES = 5  # this many other lines of the process after a lone failure: it carried on
+_TAIL_LINES = 64  # room for the same failure from every rank of a node, and its continuation lines
 
 
 def judge_lone(inv: Run, matcher: Matcher) -> None:
@@ -190,7 +191,9 @@ def judge_lone(inv: Run, matcher: Matcher) -> None:
         return
     loose = inv.loose
     ready = max((m.seq for m in inv.markers if m.kind == "ready"), default=0)
-    for i, (seq, pid, text) in enumerate(loose):
+    # a lone failure has fewer than _WENT_ON_LINES other lines after it: only the paste's tail can hold one
+    start = max(len(loose) - _TAIL_LINES, 0)
+    for i, (seq, pid, text) in enumerate(loose[start:], start):
         _, rank, body = split_prefix(text)
         body = body.strip()
         if len(body) < 12 or _WARNING_WORDS.search(body) or seq <= max(ready, inv.serving_seq) or request_record(body):

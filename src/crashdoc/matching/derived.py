@@ -237,6 +237,18 @@ Row = dict[str, Any] | list[Any]
 _HEAD_FIELDS = ("id", "type", "pattern")
 
 
+_REGEX_SYNTAX = re.compile(r"\(\?P<\w+>|\(\?:|\\[dswDSWbBnt]|\[[^\]]*\][*+?]?|[.][*+?]\??|[()|^$*+?{}]")
+
+
+def _needle(pattern: str) -> str:
+    """The longest piece of literal text of an RE2 pattern (escapes undone): text that any match contains."""
+    plain = pattern.replace("(?P<", "").replace("(?:", "").replace("+?", "").replace("*?", "")
+    if "|" in pattern or "?" in plain:
+        return ""  # alternatives and optional parts: no one piece is sure to be in every match
+    pieces = _REGEX_SYNTAX.split(pattern)
+    return max((re.sub(r"\\(.)", r"\1", piece) for piece in pieces), key=len, default="")
+
+
 def _head(row: Row) -> tuple[str, str, str, int]:
     if isinstance(row, dict):
         return row["id"], row["type"], row["pattern"], len(row["template"])
@@ -275,7 +287,7 @@ class DerivedLibrary:
         self._built: dict[int, DerivedSignature] = {}
         self._index: dict[str, int] | None = None
         self._buckets: dict[str, list[int]] | None = None
-        self._short: list[tuple[str, int]] = []
+        self._short: list[tuple[str, int, str]] = []
         self._compiled: dict[int, Any] = {}
 
     def _load(self) -> None:
@@ -327,16 +339,17 @@ class DerivedLibrary:
         """
         if self._buckets is None:
             buckets: dict[str, list[int]] = {}
-            short: list[tuple[str, int]] = []
+            short: list[tuple[str, int, str]] = []
             for index, row in enumerate(self._rows):
-                head = literal_prefix(_head(row)[2])
+                pattern = _head(row)[2]
+                head = literal_prefix(pattern)
                 if len(head) >= PREFIX_KEY:
                     buckets.setdefault(head[:PREFIX_KEY], []).append(index)
-                else:
-                    short.append((head, index))
+                else:  # begins with a hole: its longest literal piece must be in the text (a lone line costs little)
+                    short.append((head, index, _needle(pattern)))
             self._buckets, self._short = buckets, short
         found = list(self._buckets.get(text[:PREFIX_KEY], ()))
-        found.extend(index for head, index in self._short if text.startswith(head))
+        found.extend(index for head, index, needle in self._short if text.startswith(head) and needle in text)
         return sorted(found)
 
     def match(self, message_line: str, exception_type: str, release: str | None = None) -> DerivedMatch | None:
