@@ -64,3 +64,18 @@ def test_a_check_of_one_variable_changes_that_variable() -> None:
     changes, said = variable_fix("SGLANG_USE_MLX", "SGLANG_USE_MLX requires an available MLX Metal device")
     assert [(c.action, c.flag) for c in changes] == [("remove", "SGLANG_USE_MLX")]
     assert "unset SGLANG_USE_MLX" in said
+
+
+def test_the_literal_piece_a_lone_line_must_hold_is_in_the_message() -> None:
+    """A derived pattern that begins with a hole is tried only on lines holding its longest literal piece: that
+    piece must be literal text of SGLang's template, or a lone line of that check would be missed."""
+    from crashdoc.matching.derived import _needle
+
+    derived = load_shipped()
+    derived._candidates("x")  # builds the index
+    assert derived._short
+    for _, index, needle in derived._short:
+        template = derived.signature(index).template
+        assert any(needle in piece for piece in template.split("{}")), (needle, template)
+    assert _needle(r"(?P<a>.+?) must be (?:on|off)") == ""  # alternatives: no piece is sure
+    assert _needle(r"(?P<a>.+?) is \(not\) supported\.") == " is (not) supported."

@@ -237,16 +237,50 @@ Row = dict[str, Any] | list[Any]
 _HEAD_FIELDS = ("id", "type", "pattern")
 
 
-_REGEX_SYNTAX = re.compile(r"\(\?P<\w+>|\(\?:|\\[dswDSWbBnt]|\[[^\]]*\][*+?]?|[.][*+?]\??|[()|^$*+?{}]")
-
-
 def _needle(pattern: str) -> str:
-    """The longest piece of literal text of an RE2 pattern (escapes undone): text that any match contains."""
-    plain = pattern.replace("(?P<", "").replace("(?:", "").replace("+?", "").replace("*?", "")
-    if "|" in pattern or "?" in plain:
-        return ""  # alternatives and optional parts: no one piece is sure to be in every match
-    pieces = _REGEX_SYNTAX.split(pattern)
-    return max((re.sub(r"\\(.)", r"\1", piece) for piece in pieces), key=len, default="")
+    """The longest run of literal text of an RE2 pattern (escapes undone): text every match contains; "" when
+    the pattern has alternatives or optional groups (no run is sure to be in a match)."""
+    if "|" in pattern or re.search(r"\)[?*]|\)\{0", pattern):
+        return ""
+    runs: list[str] = []
+    run: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt.isalnum():  # \d, \s, \n: a class, not a literal
+                runs.append("".join(run))
+                run = []
+            else:
+                run.append(nxt)
+            i += 2
+            continue
+        if c in "?*" or (c == "{" and run):  # the character before is optional
+            if run:
+                run.pop()
+            runs.append("".join(run))
+            run = []
+        elif c == "[":  # a character class: skip it
+            runs.append("".join(run))
+            run = []
+            end = pattern.find("]", i + 2)
+            i = end if end > 0 else len(pattern)
+        elif c == "(":  # a group: skip its (?P<name> or (?: opening
+            runs.append("".join(run))
+            run = []
+            if pattern.startswith("(?P<", i):
+                i = pattern.find(">", i)
+            elif pattern.startswith("(?", i):
+                i += 2
+        elif c in ".)+^${}":
+            runs.append("".join(run))
+            run = []
+        else:
+            run.append(c)
+        i += 1
+    runs.append("".join(run))
+    return max(runs, key=len)
 
 
 def _head(row: Row) -> tuple[str, str, str, int]:
