@@ -6,9 +6,10 @@ curated (or derived) fix; the changes that make the guarding condition of the ch
 flag, set the value the comparison asks for, remove the conflicting one: both directions, as the condition
 decides); the flag whose value the message quotes (the culprit), put back to the release's default or set to
 one of its choices; the values the message offers ("Registered: [...]", "must be one of", "please use --x");
-fields mapped to options by the release's facts. Each candidate is then judged with the facts: a value outside
-the option's type or choices is dropped, one that leaves the failing condition true is dropped, one that makes
-it false is preferred. Pure: no I/O; `remedy.search` asks SGLang itself when it can.
+fields mapped to options by the release's facts; options the message only describes in words; argparse's own
+errors. Each candidate is then judged with the facts: a value outside the option's type or choices, a change
+that changes nothing and one that leaves the failing condition true are dropped; one that makes it false, and
+a flag put back to the release's default, rank higher. Pure: no I/O; `remedy.search` asks SGLang when it can.
 """
 
 from __future__ import annotations
@@ -27,7 +28,6 @@ from crashdoc.remedy.argfacts import UNKNOWN, ArgFacts, Option
 MAX_CANDIDATES = 24
 MAX_CHOICES = 3  # values tried from a long list of choices (the default and the message's first)
 _FLAG = re.compile(r"(?<![\w-])--[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?![\w-])")
-_ENV = re.compile(r"(?<![A-Za-z0-9_])SGLANG_[A-Z0-9_]*[A-Z0-9](?![A-Za-z0-9_])")
 _WORD = re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])")
 _QUOTED = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"|`([^`\n]{1,200})`")
 _TOKEN = re.compile(r"[^\s,;:()\[\]{}'\"`=]+")
@@ -117,8 +117,8 @@ class Current:
 
 
 def _set_in_log(option: Option, value: Any) -> bool:
-    """A logged value that a command must have set: not the default, not unset (resolution fills some in, so
-    only a switch turned on or a value the release has no default for... is taken as the user's)."""
+    """A logged value that a command must have set. The log shows resolved values, some filled in by SGLang
+    itself, so only a switch turned on, or a value of an option without a default, is taken as the user's."""
     if value is UNKNOWN or value is None or value == option.default:
         return False
     if option.switch:
@@ -318,10 +318,6 @@ def offered_values(message: str) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def numbers(message: str) -> list[str]:
-    return list(dict.fromkeys(m.group(0) for m in _NUMBER.finditer(message)))
-
-
 # --- changes -----------------------------------------------------------------------------------------------
 
 
@@ -461,9 +457,7 @@ class _Collector:
         value it already has is no change (and its check would fail the same way)."""
         for change in changes:
             if re.fullmatch(r"[A-Z_][A-Z0-9_]*", change.flag):
-                if change.action == "remove" and change.flag not in self.current.environment:
-                    return False
-                continue
+                continue  # a variable may be set where the command does not show it (the unit's Environment=)
             option = self.facts.option(change.flag)
             if option is None:
                 return False
@@ -522,9 +516,7 @@ def candidates(failure: Failure, current: Current, facts: ArgFacts) -> list[Cand
 
 def _vary(c: _Collector, option: Option, offered: Sequence[str], why: str, score: float) -> None:
     """An option on the command: back to the release's default, or another value it takes."""
-    if option.required:
-        pass
-    elif option.default is not UNKNOWN:
+    if not option.required and option.default is not UNKNOWN:
         default = option.default_text()
         c.add(
             [change_to(option, option.default, c.current)],
