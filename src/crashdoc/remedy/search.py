@@ -315,9 +315,10 @@ def _searched(
             changes, answer, extra = _smallest(checker, command, changes, answer, deadline, seen)
             checked += extra
     seconds = time.monotonic() - started
+    tried_count = max(0, checked - 1)  # the command as it is was checked too: it is no candidate
     if best is not None:
         version = answer.version or "?"
-        said = f"passes SGLang {version}'s argument checks ({checked} candidates, {seconds:.1f} s)"
+        said = f"passes SGLang {version}'s argument checks ({tried_count} candidates, {seconds:.1f} s)"
         if answer.status == "partial":
             said += "; not checked here: " + "; ".join(" ".join(u.split())[:200] for u in answer.unchecked)
         return SearchResult(
@@ -333,7 +334,7 @@ def _searched(
     fallback = _ranked(ranked, command, None, facts, None, started)
     fallback.status = "rejected"
     fallback.verified = (
-        f"no candidate passes SGLang's argument checks ({checked} candidates, {seconds:.1f} s); "
+        f"no candidate passes SGLang's argument checks ({tried_count} candidates, {seconds:.1f} s); "
         "the best-ranked one is shown, not checked"
     )
     fallback.tried = tried[:MAX_TRIED_SHOWN]
@@ -343,7 +344,7 @@ def _searched(
     if shown(fallback.changes) in rejected:
         fallback.changes, fallback.command, fallback.why = (), None, ""
         fallback.verified = (
-            f"no candidate passes SGLang's argument checks ({checked} candidates, {seconds:.1f} s); none is shown"
+            f"no candidate passes SGLang's argument checks ({tried_count} candidates, {seconds:.1f} s); none is shown"
         )
         fallback.status = "none"
     return fallback
