@@ -185,6 +185,8 @@ def accepted_fixes(
     derived: DerivedLibrary | None,
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
     """The remedy stage after the engine, for pasted logs: each fix searched for one SGLang accepts."""
+    if not any(found for _, found, _ in results):
+        return results  # a healthy log: explain's start-up pays nothing for the remedy stage
     from crashdoc.remedy.accepted import accept_pasted
     from crashdoc.remedy.argfacts import load_shipped as load_facts
 
