@@ -116,7 +116,7 @@ def test_without_an_interpreter_the_facts_rank_and_it_is_said_so(stand_in: tuple
     failure = Failure("ValueError", "--x requires --enable-y", "cfg.x > 0 and not cfg.enable_y")
     result = _search(tree, facts, "--x 3", failure, interpreter=None)
     assert result.status == "ranked"
-    assert result.verified.startswith("not checked against SGLang (no SGLang to ask")
+    assert result.verified.startswith("not checked against SGLang: no SGLang to ask")
     assert result.changes and result.changes[0].flag in ("--x", "--enable-y")
     # never a change that keeps the failing condition true: --z and --mode leave `x > 0 and not enable_y` as it is
     for cand in candidates(failure, Current.of([("--x", ("3",))], facts), facts):

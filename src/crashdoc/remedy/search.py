@@ -153,7 +153,7 @@ def _ranked(
     return SearchResult(
         best.changes,
         "ranked",
-        f"not checked against SGLang ({why_unchecked}); {about}, {certainty}",
+        f"not checked against SGLang: {why_unchecked}; {about}, {certainty}",
         best.why,
         [],
         join_argv(corrected(command, best.changes).argv) if command is not None else None,
