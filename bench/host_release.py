@@ -19,7 +19,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crashdoc.authoring.hostrelease import derive_in_child, derived_for
-from crashdoc.remedy.fixes import unit_flags
+from crashdoc.remedy.launch import unit_flags
 from crashdoc.remedy.release import unit_release
 
 ROOT = Path(__file__).resolve().parents[1]

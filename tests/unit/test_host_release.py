@@ -12,9 +12,8 @@ import pytest
 
 from crashdoc.authoring.derive import DeriveError, derive_source
 from crashdoc.authoring.hostrelease import CACHE_SCHEMA, HostReleases, cache_file, derive_in_child, tree_digest
-from crashdoc.commands.pipeline import explain_text, load_library_or_fail
-from crashdoc.diagnosis.engine import Engine, EngineEvent
-from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.commands.pipeline import build_engine, explain_text, load_library_or_fail
+from crashdoc.diagnosis.views import EngineEvent
 from crashdoc.matching.derived import DerivedLibrary, load_shipped, release_range
 from crashdoc.matching.matcher import Matcher
 from crashdoc.outputs.alerts import alert_annotations
@@ -155,12 +154,12 @@ def test_version_note_when_the_check_is_from_other_releases() -> None:
 
     inside = match.signature.releases[0]
     (d,) = explain_text(traceback_log(OLD_MESSAGE), LIBRARY, Matcher(LIBRARY, shipped), (inside, "--sglang-version"))
-    assert d.version_note is None and d.sglang_version == inside
+    assert d.version_note is None and d.sglang_release == inside
     # a release nothing was read for: no claim either way
     (d,) = explain_text(traceback_log(OLD_MESSAGE), LIBRARY, Matcher(LIBRARY, shipped), ("0.5.99", "--sglang-version"))
     assert d.version_note is None
     (d,) = explain_text(traceback_log(OLD_MESSAGE), LIBRARY, Matcher(LIBRARY, shipped))
-    assert d.version_note is None and d.sglang_version is None
+    assert d.version_note is None and d.sglang_release is None
 
 
 def test_version_note_behind_a_reviewed_answer() -> None:
@@ -207,11 +206,7 @@ def test_state_with_a_derived_answer_is_saved_and_restored() -> None:
     unit's release) must survive a restart like any other."""
     host = Host()
     matcher = Matcher(host.engine.matcher.library, load_shipped())
-    host.engine = Engine(
-        matcher,
-        thresholds=host.engine.thresholds,
-        builder=DiagnosisBuilder(forced_release=("0.5.23", "--sglang-version")),
-    )
+    host.engine = build_engine(matcher, thresholds=host.engine.thresholds, release=("0.5.23", "--sglang-version"))
     lines = [
         "Traceback (most recent call last):",
         '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/arg_groups/validation_hook.py", line 688, in f',
@@ -222,12 +217,12 @@ def test_state_with_a_derived_answer_is_saved_and_restored() -> None:
         host.start()
         host.crash(lines)
     (before,) = host.engine.diagnoses()
-    assert before.derived and before.sglang_version == "0.5.23"
+    assert before.derived and before.sglang_release == "0.5.23"
     saved = json.loads(json.dumps(host.engine.snapshot()))
-    restored = Engine(matcher)
+    restored = build_engine(matcher)
     restored.restore(saved)
     (after,) = restored.diagnoses()
-    assert (after.signature, after.derived, after.sglang_version, after.evidence) == (
+    assert (after.signature, after.derived, after.sglang_release, after.evidence) == (
         before.signature,
         True,
         "0.5.23",

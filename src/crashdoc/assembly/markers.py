@@ -98,6 +98,11 @@ def find_marker(line: LogLine, literal: str | None = None) -> Marker | None:
     return Marker(line.unit, line.pid, kind, body, line.timestamp, line.invocation, rank=rank)
 
 
+def launches_sglang(cmdline: str) -> bool:
+    """Whether a process's command line (journald's _CMDLINE, argv joined by spaces) starts SGLang's server."""
+    return "sglang.launch_server" in cmdline or "sglang serve" in cmdline or "/sglang serve" in cmdline
+
+
 _LOGGED_RELEASE = re.compile(
     r"sglang version: ([0-9][\w.+!-]{0,40})|Successfully installed .*?\bsglang-([0-9][\w.+!]{0,40})"
 )

@@ -18,7 +18,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from crashdoc import __version__
-from crashdoc.diagnosis.engine import UnitRecord
+from crashdoc.diagnosis.views import UnitView
 from crashdoc.events import KINDS
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -71,7 +71,7 @@ class Health:
 
 
 class CrashdocCollector(Collector):
-    def __init__(self, units: Callable[[], dict[str, UnitRecord]], health: Health, lock: threading.Lock) -> None:
+    def __init__(self, units: Callable[[], dict[str, UnitView]], health: Health, lock: threading.Lock) -> None:
         self._units = units
         self._health = health
         self._lock = lock
@@ -82,7 +82,7 @@ class CrashdocCollector(Collector):
             yield from self._unit_families(units)
             yield from self._health_families(self._health)
 
-    def _unit_families(self, units: list[UnitRecord]) -> Iterator:
+    def _unit_families(self, units: list[UnitView]) -> Iterator:
         crashloop = GaugeMetricFamily(
             "crashdoc_unit_crashloop", "1 while the unit is crash-looping (or failed after one)", labels=["unit"]
         )
@@ -141,8 +141,8 @@ class CrashdocCollector(Collector):
                 crashes.add_metric([name, signature], float(count))
             if rec.last_crash_at:
                 last_crash.add_metric([name], rec.last_crash_at)
-            if rec.crashloop and rec.loop.loop_started_at:
-                loop_start.add_metric([name], rec.loop.loop_started_at)
+            if rec.crashloop and rec.loop_started_at:
+                loop_start.add_metric([name], rec.loop_started_at)
             d = rec.diagnosis
             if d is not None:
                 derived = "true" if d.derived else "false"
@@ -154,7 +154,7 @@ class CrashdocCollector(Collector):
             for kind in KINDS:  # every kind, so that rate() sees the first warning
                 warnings.add_metric([name, kind], float(rec.warnings_by_kind.get(kind, 0)))
             for value in ("healthy", "crash-looping", "failed", "recovered", "stopped"):
-                state.add_metric([name, value], 1.0 if rec.loop.state.value == value else 0.0)
+                state.add_metric([name, value], 1.0 if rec.loop_state == value else 0.0)
         yield from (
             crashloop,
             failed,

@@ -93,7 +93,7 @@ def compute(inputs: Inputs, signature: str | None, captures: Mapping[str, str]) 
 
 def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
     """`diagnosis.report.FixRefiner`: replace the signature's template fix with the computed one."""
-    inputs = Inputs(finding, ctx.facts.flags, ctx.invocation)
+    inputs = Inputs(finding, ctx.facts.flags, ctx.run)
     captures = finding.match.captures if finding.match else {}
     action = compute(inputs, finding.signature_id, captures)
     if action is None:
