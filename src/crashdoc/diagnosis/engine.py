@@ -8,8 +8,9 @@ remedy stage afterwards (`remedy.stage`). Others read `units()`, `runs()`, `diag
 drain `events()` (diagnosis.views); nothing outside this package reads or changes its records.
 
 A line is cheap: it is assembled into tracebacks, scanned for markers and line signatures and kept with its
-run. A run is judged (`Verdicts`) when PID 1 says it ended, when time passes (`tick`) or when the input ends
-(`finish`); a line of a newer run leaves the older one to the next of those.
+run; it judges nothing. Verdicts (`Verdicts`: a run settled, a late traceback judged again, a survived one
+counted by kind) are taken when PID 1 speaks, D-Bus speaks, time passes (`tick`), a batch of events ends
+(`feed`, `judge`) or the input ends (`finish`).
 """
 
 from __future__ import annotations
@@ -102,12 +103,14 @@ class Engine:
             self.now = line.timestamp
         run = rec.current
         if run is None or run.ended or (line.invocation and line.invocation != run.id):
-            run = self._run_for(rec, line.invocation, line.timestamp, settle=False)
-        run.add_line(line)
+            run = (rec.invocations.get(line.invocation) if line.invocation else None) or self._new_run(
+                rec, line.invocation, line.timestamp
+            )  # an older run that ended is judged later (`judge`): its output is complete now
         if line.cmdline and launches_sglang(line.cmdline):  # a process's first line says who it is
             rec.sglang = True
             if not run.cmdline:
-                rec.begin(run, tuple(line.cmdline.split()))  # journald joins argv with spaces: good without D-Bus
+                begin(rec, run, tuple(line.cmdline.split()))  # journald joins argv with spaces: good without D-Bus
+        run.add_line(line)
         self._seq += 1
         seq = self._seq
         for tb in self.assembler.feed(line, seq):
@@ -133,13 +136,13 @@ class Engine:
                 run.logged_release = logged_release(line.text) or run.logged_release
             handled = run.add_marker(marker)
             if handled:
-                self.verdicts.count_handled(rec, run, handled)
+                rec.unjudged.extend((entry, run) for entry in handled)
             if marker.kind == "serving":
                 return  # a batch line is no failure
         if run.worded and line.text.strip():
             handled = run.later_line(line.pid, seq)
             if handled:
-                self.verdicts.count_handled(rec, run, handled)
+                rec.unjudged.extend((entry, run) for entry in handled)
         if match is not None:
             run.add_line_hit(LineHit(match, line, seq))
             sig = matcher.library.get(match.signature_id)
@@ -154,6 +157,7 @@ class Engine:
         if record.timestamp:
             self.now = max(self.now, record.timestamp)
         verdicts = self.verdicts
+        verdicts.judge(rec, self.now)
         kind = record.kind
         if kind is Lifecycle.STARTED:
             rec.stop_seen_at = None  # a stop followed by a start is a restart, not a stop
@@ -178,6 +182,7 @@ class Engine:
         if kind in (Lifecycle.EXITED, Lifecycle.FAILED, Lifecycle.DEACTIVATED):
             for tb in self.assembler.flush(unit=rec.name):
                 self._add_traceback(rec, tb)
+            verdicts.judge(rec, self.now)
         run.apply(record)
         if kind in (Lifecycle.EXITED, Lifecycle.DEACTIVATED) or (kind is Lifecycle.FAILED and not run.ended):
             if rec.pending_end is not None and rec.pending_end is not run:
@@ -198,13 +203,14 @@ class Engine:
         rec.state = state
         if state.timestamp:
             self.now = max(self.now, state.timestamp)
+        self.verdicts.judge(rec, self.now)
         if state.n_restarts is not None:
             rec.n_restarts = state.n_restarts  # may drop to 0 (manual restart); restarts_total keeps counting
         current = rec.current
         if current is not None and current.id == state.invocation and state.active_enter_timestamp:
             current.started_at = current.started_at or state.active_enter_timestamp
         if state.exec_start and current is not None and current.cmdline != state.exec_start:
-            rec.begin(current, state.exec_start)
+            begin(rec, current, state.exec_start)
             if current.flags:
                 rec.sglang = True  # the command starts SGLang: it will say when it is ready
             d = rec.diagnosis
@@ -241,12 +247,12 @@ class Engine:
             if rec is not None:
                 self._add_traceback(rec, tb)
         for rec in self._units.values():
+            verdicts.judge(rec, self.now)
             if rec.stop_seen_at is not None and now - rec.stop_seen_at >= STOP_GRACE:
                 verdicts.stopped(rec, self.now)
         for rec in self._units.values():
             ended = rec.pending_end
-            # a newer run has begun (its output is all there), or the grace for its last lines is over
-            if ended is not None and (ended is not rec.current or now - (ended.ended_at or now) >= SETTLE_GRACE):
+            if ended is not None and now - (ended.ended_at or now) >= SETTLE_GRACE:  # the grace for its last lines
                 verdicts.settle(rec, self.now)
             run = rec.current
             if run is not None and not run.ended:
@@ -276,8 +282,7 @@ class Engine:
             if found is not None:
                 self._add_traceback(found, tb)
         for rec in self._units.values():
-            if rec.pending_end is not None and rec.pending_end is not rec.current:
-                verdicts.settle(rec, self.now)  # a newer run began: the older one's output is complete
+            verdicts.judge(rec, self.now)
             current = rec.current
             state = rec.state
             if (
@@ -290,14 +295,22 @@ class Engine:
                 # systemd says this run is still going: a traceback whose fate was open did not end it
                 handled = current.survive_all("systemd says the run is still active")
                 if handled:
-                    verdicts.count_handled(rec, current, handled)
+                    rec.unjudged.extend((entry, current) for entry in handled)
             if current is not None and not current.ended and current.worded:
-                verdicts.count_handled(rec, current, current.settle_worded())
+                rec.unjudged.extend((entry, current) for entry in current.settle_worded())
+            verdicts.judge(rec, self.now)
             if current is not None and not current.ended and current.crashed:
                 current.ended_by_input = True
                 current.ended_at = current.last_line_at
                 rec.pending_end = current
             verdicts.settle(rec, self.now)
+
+    def judge(self) -> None:
+        """Take the verdicts the lines left due: a run that ended before a newer one began, a traceback that came
+        after its run was judged, the kinds of the tracebacks runs survived. PID 1's records, D-Bus states, ticks
+        and `finish` take them first; `feed` after each batch of events."""
+        for rec in self._units.values():
+            self.verdicts.judge(rec, self.now)
 
     # --- what others read ----------------------------------------------------------------
 
@@ -369,6 +382,7 @@ class Engine:
         taken on a D-Bus change or a tick, which a replay of the journal would not redo, is
         never lost and never redone.
         """
+        self.judge()  # what is saved is settled: nothing a line left due is lost with the process
         state = snapshot.EngineState(
             self._units, self.assembler.export(), self._synthetic, self._seq, self.now, list(self.verdicts.events)
         )
@@ -429,16 +443,6 @@ class Engine:
             rec = self._units[unit] = UnitRecord(unit, role, LoopTracker(unit, self.thresholds))
         return rec
 
-    def _run_for(self, rec: UnitRecord, invocation: str, timestamp: float, *, settle: bool = True) -> Run:
-        """The run an event belongs to, started on first sight. A run that ended and waits for PID 1's verdict
-        is judged first (`settle`), unless a line started the new one (then the next tick or record does)."""
-        run = rec.invocations.get(invocation) if invocation else rec.current
-        if run is not None and (invocation or not run.ended):
-            return run
-        if settle:
-            self.verdicts.settle(rec, self.now)
-        return self._new_run(rec, invocation, timestamp)
-
     def _new_run(self, rec: UnitRecord, invocation: str, timestamp: float) -> Run:
         if not invocation:
             self._synthetic += 1
@@ -450,7 +454,7 @@ class Engine:
         run = Run(rec.name, run_id, started_at=timestamp)
         state = rec.state
         if state is not None and state.exec_start:
-            rec.begin(run, state.exec_start)  # what this run starts with, before anyone edits it
+            begin(rec, run, state.exec_start)  # what this run starts with, before anyone edits it
         if state is not None and state.invocation == run_id and state.active_enter_timestamp and not timestamp:
             run.started_at = state.active_enter_timestamp
         rec.invocations[run_id] = run
@@ -466,9 +470,18 @@ class Engine:
         kept = len(run.tracebacks)
         handled = run.add_traceback(tb)
         if handled:
-            self.verdicts.count_handled(rec, run, handled)
+            rec.unjudged.extend((entry, run) for entry in handled)
         if run.ended and run is not rec.pending_end and len(run.tracebacks) > kept:  # at most MAX_TRACEBACKS times
-            self.verdicts.rejudge(rec, run, self.now)
+            rec.late.add(run.id)  # judged again (`judge`) with the traceback that came after its verdict
+
+
+def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
+    """The command a run starts with, with its flags and release as last read (before anyone edits it)."""
+    run.cmdline = cmdline
+    facts = rec.launches.get(cmdline)
+    run.flags = dict(facts.flags) if facts is not None else {}
+    if facts is not None and facts.sglang_release:
+        run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from
 
 
 def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord | UnitState | LaunchFacts]) -> None:
@@ -484,3 +497,4 @@ def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord | UnitState 
             engine.on_unit_state(event)
         else:
             engine.on_launch(event)
+    engine.judge()

@@ -92,6 +92,7 @@ SCHEMA: tuple[Record, ...] = (
         "name role loop invocations current restarts_total n_restarts state crashes_by_signature crashes_total "
         "last_crash_at diagnosis last_diagnosis last_good file_changes line_failures warnings_by_kind pending_end "
         "sglang stop_seen_at launches",
+        left_out="late unjudged",  # verdicts due: taken before every snapshot
     ),
     _record(
         "run",

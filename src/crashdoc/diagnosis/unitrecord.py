@@ -11,7 +11,7 @@ from types import MappingProxyType
 
 from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
-from crashdoc.diagnosis.run import Run
+from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.views import UnitView
 from crashdoc.events import Diagnosis, LaunchFacts, UnitState
 
@@ -41,6 +41,9 @@ class UnitRecord:
     sglang: bool = False
     stop_seen_at: float | None = None  # systemd said inactive (dead) during a loop: a stop, unless a start follows
     launches: dict[tuple[str, ...], LaunchFacts] = field(default_factory=dict)  # by command line, newest last
+    # verdicts the lines left due (diagnosis.verdicts.Verdicts.judge): never saved, judged before a snapshot
+    late: set[str] = field(default_factory=set)  # runs a traceback reached after they were judged
+    unjudged: list[tuple[Handled, Run]] = field(default_factory=list)  # survived tracebacks, one per occurrence
 
     @property
     def crashloop(self) -> bool:
@@ -56,14 +59,6 @@ class UnitRecord:
         self.launches[facts.cmdline] = facts
         while len(self.launches) > MAX_LAUNCHES:
             del self.launches[next(iter(self.launches))]
-
-    def begin(self, run: Run, cmdline: tuple[str, ...]) -> None:
-        """The command a run starts with, with its flags and release as last read (before anyone edits it)."""
-        run.cmdline = cmdline
-        facts = self.launches.get(cmdline)
-        run.flags = dict(facts.flags) if facts is not None else {}
-        if facts is not None and facts.sglang_release:
-            run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from
 
     def view(self) -> UnitView:
         loop = self.loop

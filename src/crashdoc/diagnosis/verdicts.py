@@ -22,6 +22,21 @@ class Verdicts:
         self.reporter = reporter
         self.events: list[EngineEvent] = []  # decided, not yet handed out (the outbox a snapshot keeps)
 
+    def judge(self, rec: UnitRecord, now: float) -> None:
+        """The verdicts a unit's lines left due, in the order they arose: a run that ended before a newer one
+        began (its output is complete), runs a traceback reached after their verdict, the kinds of the
+        tracebacks its runs survived."""
+        if rec.pending_end is not None and rec.pending_end is not rec.current:
+            self.settle(rec, now)
+        while rec.late:
+            run = rec.invocations.get(rec.late.pop())
+            if run is not None:
+                self.rejudge(rec, run, now)
+        if rec.unjudged:
+            unjudged, rec.unjudged = rec.unjudged, []
+            for entry, run in unjudged:
+                self.count_handled(rec, run, [entry])
+
     def settle(self, rec: UnitRecord, now: float, wait_for_output: bool = False) -> None:
         """Judge the run that ended: a crash updates the loop state and the diagnosis.
 
