@@ -55,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        raise UserError("invalid configuration:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+        raise UserError(exc.said("invalid configuration")) from exc
     rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
     units = UnitFilter(rules)
     library = load_library_or_fail(args.signatures)

@@ -33,7 +33,7 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
     try:  # validated once, then read back from the cache while the files stay the same
         return load_library(folders, compiled=CompiledCache(default_cache_directory()))
     except LibraryError as exc:
-        raise UserError("the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+        raise UserError(exc.said("the signature library has problems")) from exc
 
 
 def diagnosis_builder() -> DiagnosisBuilder:

@@ -353,8 +353,7 @@ class Daemon:
         except ConfigError as exc:
             self.health.config_reload_errors += 1
             self.health.config_reload_ok = False
-            problems = "\n".join(f"  {p}" for p in exc.problems)
-            log(f"configuration reload rejected, the previous configuration stays active:\n{problems}")
+            log(exc.said("configuration reload rejected, the previous configuration stays active"))
             return
         old = self.config
         change = settings_change(old, new)
