@@ -12,7 +12,7 @@ from crashdoc.diagnosis.views import RunView, UnitView
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
 from crashdoc.matching.library import load_library
 from crashdoc.matching.matcher import Matcher
-from crashdoc.remedy.launch import LaunchReader, ReleaseReader
+from crashdoc.remedy.launch import LaunchReader, ReleaseResolver
 from support.journal_files import TRACEBACK as DSV4_TRACEBACK
 
 LIBRARY = load_library([Path(__file__).parent.parent / "fixtures" / "signatures"])
@@ -29,11 +29,11 @@ class Host:
         files: dict[str, str] | None = None,
         unit: str = UNIT,
         *,
-        release_of: ReleaseReader | None = None,
+        sglang_release: ReleaseResolver | None = None,
     ) -> None:
         self.unit = unit
         self.files = files or {}
-        self.launches = LaunchReader(read=self.read, release_of=release_of)
+        self.launches = LaunchReader(read=self.read, sglang_release=sglang_release)
         self.engine = build_engine(Matcher(LIBRARY), thresholds=thresholds or Thresholds(recovery=10))
         self.t = 1_800_000_000.0
         self.runs = 0

@@ -13,7 +13,7 @@ from crashdoc.events import LogLine, WatchRule
 from crashdoc.sources import fastread
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.text import terminal_safe
-from support.journal_files import TRACEBACK, TERMINAL_HOSTILE, line, needs_journal_remote, write_journal
+from support.journal_files import TERMINAL_HOSTILE, TRACEBACK, line, needs_journal_remote, write_journal
 
 # what a unit may print: escapes (CSI colours, an OSC title, C1's CSI), BEL, NUL, backspace, tabs, invalid
 # UTF-8, printable non-ASCII and a direction override

@@ -164,7 +164,7 @@ def test_missing_interpreter_and_container(tmp_path: Path) -> None:
 def test_release_reaches_every_output() -> None:
     """The launch reader gives the run its release; JSON, text and the HTML page show it, and where from."""
     host = Host(
-        release_of=lambda argv: (
+        sglang_release=lambda argv: (
             "0.5.21",
             "/opt/venv/bin/python: /opt/venv/lib/python3.11/site-packages/sglang/_version.py",
         )
@@ -184,7 +184,7 @@ def test_release_reaches_every_output() -> None:
 
 def test_log_and_option_take_precedence() -> None:
     """What the run printed beats the files read now (an upgrade since); `--sglang-version` beats both."""
-    host = Host(release_of=lambda argv: ("0.5.23", "python: METADATA"))
+    host = Host(sglang_release=lambda argv: ("0.5.23", "python: METADATA"))
     host.feed(UnitState(host.unit, exec_start=("/opt/venv/bin/python", "-m", "sglang.launch_server")))
     host.start()
     host.line("Successfully installed sglang-0.5.14 sgl-kernel-0.1.0")

@@ -85,11 +85,11 @@ def main(args: argparse.Namespace) -> int:
     watcher = UnitWatcher(units) if live else None
     if watcher is not None and not watcher.connect():
         watcher = None
-    from crashdoc.remedy.launch import LaunchReader, ReleaseReader
+    from crashdoc.remedy.launch import LaunchReader, ReleaseResolver
     from crashdoc.remedy.stage import RemedyStage
 
     matcher = Matcher(library, derived)
-    release_of: ReleaseReader | None = None  # copied journal files: this host's disk says nothing of theirs
+    resolver: ReleaseResolver | None = None  # copied journal files: this host's disk says nothing of theirs
     if release is None and live:  # each unit's own release; an unshipped one is derived from its installed source
         from crashdoc.authoring.hostrelease import HostReleases
 
@@ -99,8 +99,8 @@ def main(args: argparse.Namespace) -> int:
         def warn(message: str) -> None:
             print(f"crashdoc: {message}", file=sys.stderr)
 
-        release_of = HostReleases(derived, cache, on_change=use, log=warn).release_of
-    launches = LaunchReader(release_of=release_of)  # each command's flags and release, read before the engine
+        resolver = HostReleases(derived, cache, on_change=use, log=warn).sglang_release
+    launches = LaunchReader(sglang_release=resolver)  # each command's flags and release, read before the engine
     engine = build_engine(matcher, thresholds=config.thresholds, role_of=units.role_of, release=release)
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():

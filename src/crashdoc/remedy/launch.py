@@ -15,8 +15,9 @@ from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, Un
 from crashdoc.matching.flagnames import canonical_flags
 from crashdoc.remedy.commandline import Reader, find_invocation, read_text_file
 
-# a unit's command line -> (the SGLang release its interpreter imports, where that was read), or None
-ReleaseReader = Callable[[tuple[str, ...]], "tuple[str, str] | None"]
+# a unit's command line -> (the SGLang release its interpreter imports, where that was read), or None: the
+# daemon's and `diagnose`'s is authoring.hostrelease.HostReleases.sglang_release (it derives unshipped ones)
+ReleaseResolver = Callable[[tuple[str, ...]], "tuple[str, str] | None"]
 FeedEvent = LogLine | LifecycleRecord | UnitState | LaunchFacts
 MAX_GIVEN = 4096  # (unit, command) pairs remembered as handed in
 
@@ -45,19 +46,19 @@ def _no_release(cmdline: tuple[str, ...]) -> tuple[str, str] | None:
 
 
 class LaunchReader:
-    """Reads the launch facts the engine's next events need; `release_of` None reads no release (journal files
-    copied from another host: this host's interpreters say nothing of theirs)."""
+    """Reads the launch facts the engine's next events need; `sglang_release` None reads no release (journal
+    files copied from another host: this host's interpreters say nothing of theirs)."""
 
-    def __init__(self, *, read: Reader = read_text_file, release_of: ReleaseReader | None = None) -> None:
+    def __init__(self, *, read: Reader = read_text_file, sglang_release: ReleaseResolver | None = None) -> None:
         self._read = read
-        self._release_of = release_of or _no_release
+        self._sglang_release = sglang_release or _no_release
         self._exec_start: dict[str, tuple[str, ...]] = {}  # each unit's ExecStart, as D-Bus last said
         self._given: set[tuple[str, tuple[str, ...]]] = set()  # handed in since the unit's last start
 
     def facts(self, unit: str, cmdline: tuple[str, ...]) -> LaunchFacts:
         """Read one command now: its flags (canonical names) and the release its interpreter imports."""
         flags = canonical_flags(unit_flags(cmdline, self._read)) if cmdline else {}
-        found = self._release_of(cmdline) if cmdline else None
+        found = self._sglang_release(cmdline) if cmdline else None
         release, where = found if found is not None else ("", "")
         return LaunchFacts(unit, cmdline, flags, release, where)
 

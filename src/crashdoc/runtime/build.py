@@ -78,7 +78,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         view,
         lock,
         health,
-        LaunchReader(release_of=releases.release_of),
+        LaunchReader(sglang_release=releases.sglang_release),
         remedies,
         unit_files=unit_files,
         library_folders=library_folders,
