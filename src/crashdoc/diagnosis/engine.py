@@ -103,7 +103,7 @@ class Engine:
             self.now = line.timestamp
         run = rec.current
         if run is None or run.ended or (line.invocation and line.invocation != run.id):
-            run = (rec.invocations.get(line.invocation) if line.invocation else None) or self._new_run(
+            run = (rec.runs.get(line.invocation) if line.invocation else None) or self._new_run(
                 rec, line.invocation, line.timestamp
             )  # an older run that ended is judged later (`judge`): its output is complete now
         if line.cmdline and launches_sglang(line.cmdline):  # a process's first line says who it is
@@ -168,7 +168,7 @@ class Engine:
             rec.restarts_total += 1
             if record.n_restarts is not None:
                 rec.n_restarts = record.n_restarts
-        run = rec.invocations.get(record.invocation) if record.invocation else rec.current
+        run = rec.runs.get(record.invocation) if record.invocation else rec.current
         if run is None:
             run = rec.pending_end or rec.current
         if kind in (Lifecycle.OOM_KILL, Lifecycle.COREDUMP):
@@ -321,7 +321,7 @@ class Engine:
     def runs(self, unit: str) -> tuple[RunView, ...]:
         """The unit's runs that are still remembered (the latest MAX_INVOCATIONS), oldest first."""
         rec = self._units.get(unit)
-        return tuple(self.reporter.run_view(r) for r in rec.invocations.values()) if rec is not None else ()
+        return tuple(self.reporter.run_view(r) for r in rec.runs.values()) if rec is not None else ()
 
     def events(self, limit: int | None = None) -> list[EngineEvent]:
         """Drain what happened since the last call (all of it, or the first `limit` events)."""
@@ -457,14 +457,14 @@ class Engine:
             begin(rec, run, state.exec_start)  # what this run starts with, before anyone edits it
         if state is not None and state.invocation == run_id and state.active_enter_timestamp and not timestamp:
             run.started_at = state.active_enter_timestamp
-        rec.invocations[run_id] = run
-        while len(rec.invocations) > MAX_INVOCATIONS:
-            rec.invocations.popitem(last=False)
+        rec.runs[run_id] = run
+        while len(rec.runs) > MAX_INVOCATIONS:
+            rec.runs.popitem(last=False)
         rec.current = run
         return run
 
     def _add_traceback(self, rec: UnitRecord, tb: Traceback) -> None:
-        run = rec.invocations.get(tb.invocation) if tb.invocation else None
+        run = rec.runs.get(tb.invocation) if tb.invocation else None
         if run is None:
             run = rec.current or self._new_run(rec, tb.invocation, tb.timestamp)
         kept = len(run.tracebacks)

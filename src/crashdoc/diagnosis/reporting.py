@@ -111,7 +111,7 @@ class Reporter:
         """One diagnosis per distinct root cause among the unit's crashed runs (no loop)."""
         groups: dict[str, tuple[Finding, Run, int]] = {}
         matcher = self.matcher()
-        for run in rec.invocations.values():
+        for run in rec.runs.values():
             if not run.crashed or (not run.ended and not run.ended_by_input):
                 continue
             finding = root_cause(run, matcher, self.facts(rec, run))
@@ -126,7 +126,7 @@ class Reporter:
         """Failures line-level signatures saw that did not end the process (or were not the crash's cause)."""
         matcher = self.matcher()
         found: dict[str, tuple[Finding, Run, int]] = {}
-        for run in rec.invocations.values():
+        for run in rec.runs.values():
             for finding in line_findings(run, matcher):
                 if run.crashed and finding.match is not None:
                     sig = matcher.library.get(finding.match.signature_id)
@@ -143,7 +143,7 @@ class Reporter:
         out: list[Diagnosis] = []
         matcher = self.matcher()
         groups: dict[str, tuple[Handled, Run, int, list[str]]] = {}
-        for run in rec.invocations.values():
+        for run in rec.runs.values():
             cause_of_crash = run.crashed and not run.tracebacks
             for h in run.handled:
                 if cause_of_crash and h.how == "logged":
@@ -178,10 +178,10 @@ class Reporter:
 def _run_of(rec: UnitRecord, finding: Finding | None) -> Run | None:
     """The run a finding came from: its traceback's, else the unit's latest crashed run, else its current."""
     if finding is not None and finding.traceback is not None:
-        run = rec.invocations.get(finding.traceback.invocation)
+        run = rec.runs.get(finding.traceback.invocation)
         if run is not None:
             return run
-    for run in reversed(rec.invocations.values()):
+    for run in reversed(rec.runs.values()):
         if run.crashed:
             return run
     return rec.current

@@ -89,7 +89,7 @@ SCHEMA: tuple[Record, ...] = (
     _record(
         "unit",
         UnitRecord,
-        "name role loop invocations current restarts_total n_restarts state crashes_by_signature crashes_total "
+        "name role loop runs current restarts_total n_restarts state crashes_by_signature crashes_total "
         "last_crash_at diagnosis last_diagnosis last_good file_changes line_failures warnings_by_kind pending_end "
         "sglang stop_seen_at launches",
         left_out="late unjudged",  # verdicts due: taken before every snapshot
@@ -171,9 +171,10 @@ ENUMS: dict[str, type[Enum]] = {"loop_state": LoopState}
 
 def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     """Version 1 (crashdoc up to main 74b936a) saved the in-memory classes field by field, tagged with their
-    class names, and the engine's state as a plain dict. Its tags become the schema's record names (its field
-    names are version 2's), the dict an `engine` record; what version 2 does not save (a loop's thresholds,
-    an event's transition) is dropped on load. Its diagnoses carry the fix as the engine then applied it to
+    class names, and the engine's state as a plain dict. Its tags become the schema's record names, its field
+    names are version 2's but for a unit's `invocations`, now `runs` (an invocation is systemd's ID of a run),
+    and the dict becomes an `engine` record; what version 2 does not save (a loop's thresholds, an event's
+    transition) is dropped on load. Its diagnoses carry the fix as the engine then applied it to
     the unit's command: without a `target` they are final, and the remedy stage hands them on as they are."""
     names = {
         "UnitRecord": "unit",
@@ -210,6 +211,8 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
         out = {k: walk(v) for k, v in value.items()}
         if "__type__" in out:
             out["__type__"] = names.get(str(out["__type__"]), f"v1:{out['__type__']}")  # v1:X: none of ours
+            if out["__type__"] == "unit" and "invocations" in out:
+                out["runs"] = out.pop("invocations")
         if "__enum__" in out:
             out["__enum__"] = enums.get(str(out["__enum__"]), f"v1:{out['__enum__']}")
         return out
@@ -396,6 +399,8 @@ _LEGACY_NAMES: dict[tuple[str, str], str] = {
     ("crashdoc.diagnosis.invocation", "LineHit"): "LineHit",
     ("crashdoc.diagnosis.crashloop", "Thresholds"): "Thresholds",
 }
+# fields 0.1.0 named otherwise: class -> {its name: today's}
+_LEGACY_FIELDS: dict[str, dict[str, str]] = {"UnitRecord": {"invocations": "runs"}}
 _LEGACY_MODULES = ("crashdoc.events", "crashdoc.diagnosis.", "crashdoc.assembly.", "crashdoc.matching.matcher")
 _CONTAINERS = {
     ("collections", "Counter"): Counter,
@@ -473,7 +478,8 @@ def _realise(value: Any, seen: dict[int, Any]) -> Any:
         obj: Any = object.__new__(value.target)
         seen[id(value)] = obj  # before its fields, so that a cycle points at it
         names = {f.name for f in fields}
-        values = {k: _realise(v, seen) for k, v in raw.items() if k in names}
+        renamed = _LEGACY_FIELDS.get(value.target.__name__, {})
+        values = {renamed.get(k, k): _realise(v, seen) for k, v in raw.items() if renamed.get(k, k) in names}
         fp = values.get("fingerprint")
         if isinstance(fp, str) and len(fp) == 16:  # 0.1.0 wrote the same recipe without its version tag
             values["fingerprint"] = f"fp1-{fp}"

@@ -23,7 +23,7 @@ class UnitRecord:
     name: str
     role: str
     loop: LoopTracker
-    invocations: OrderedDict[str, Run] = field(default_factory=OrderedDict)  # its runs, by INVOCATION_ID
+    runs: OrderedDict[str, Run] = field(default_factory=OrderedDict)  # by invocation (INVOCATION_ID), oldest first
     current: Run | None = None
     restarts_total: int = 0  # PID 1's restart-scheduled records seen
     n_restarts: int | None = None  # systemd's NRestarts (since the last manual start/reset)

@@ -29,7 +29,7 @@ class Verdicts:
         if rec.pending_end is not None and rec.pending_end is not rec.current:
             self.settle(rec, now)
         while rec.late:
-            run = rec.invocations.get(rec.late.pop())
+            run = rec.runs.get(rec.late.pop())
             if run is not None:
                 self.rejudge(rec, run, now)
         if rec.unjudged:
