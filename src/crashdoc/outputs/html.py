@@ -19,7 +19,7 @@ from crashdoc.events import Diagnosis
 from crashdoc.matching.library import Signature
 from crashdoc.outputs.render import sglang_release_text
 from crashdoc.redact import redact
-from crashdoc.remedy.fix import describe
+from crashdoc.remedy.rewrite import describe
 from crashdoc.text import clean
 
 _STYLE = """

@@ -23,7 +23,7 @@ from typing import Any
 from crashdoc.events import FlagChange
 from crashdoc.redact import redact
 from crashdoc.remedy.commandline import LaunchCommand, Reader, find_invocation, read_text_file
-from crashdoc.remedy.fix import apply_changes, is_environment
+from crashdoc.remedy.rewrite import apply_changes, is_environment
 
 TIMEOUT = 90.0
 MARK = "CRASHDOC-VERIFY "
