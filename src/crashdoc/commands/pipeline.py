@@ -111,12 +111,20 @@ def explain_text_with_warnings(
     from crashdoc.sources.textlog import parse_text
 
     engine = build_engine(matcher or Matcher(library, load_shipped()), release=release)
-    parsed = parse_text(text)
+    gpu = None
+    if "NVRM" in text or "SXid" in text:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
+        from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste
+
+        gpu = read_paste(text)
+    parsed = parse_text(gpu.rest if gpu is not None else text)
     feed(engine, parsed.events)
     engine.finish()
+    diagnoses, warnings = engine.diagnoses(), engine.warnings()
+    if gpu is not None:  # hardware or configuration: the kernel's GPU faults against each crash
+        diagnoses = apply_to_paste(gpu, diagnoses, parsed.lines)
     stage = RemedyStage(on_disk=False)  # the unit is not on this host: its fixes stay described
-    diagnoses = stage.remedy_all(engine.diagnoses(), check=False)
-    warnings = stage.remedy_all(engine.warnings(), check=False)
+    diagnoses = stage.remedy_all(diagnoses, check=False)
+    warnings = stage.remedy_all(warnings, check=False)
     # how the paste was read (quote markers, a CI column, ...): the evidence says it, once per diagnosis
     notes = [f"read the pasted log after: {n}" for n in parsed.notes if not n.startswith("no traceback given")]
     if notes:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from crashdoc.diagnosis.run import Run
-from crashdoc.events import Diagnosis, LogLine, Marker, Traceback, UnitState
+from crashdoc.events import Diagnosis, LogLine, Marker, Match, Traceback, UnitState
 
 
 @dataclass(frozen=True, slots=True)
@@ -23,6 +23,14 @@ class EngineEvent:
     unit: str
     at: float
     diagnosis: Diagnosis | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class LineHitView:
+    """A line a line-level signature matched, and the match (its `line` is where the failure is said)."""
+
+    line: LogLine
+    match: Match
 
 
 @dataclass(frozen=True, slots=True)
@@ -42,7 +50,7 @@ class RunView:
     flags: Mapping[str, str]  # its command line's flags (launch script included) over SGLang's server_args line
     markers: tuple[Marker, ...]
     tracebacks: tuple[Traceback, ...]
-    hit_lines: tuple[LogLine, ...]  # the lines a line-level signature matched
+    line_hits: tuple[LineHitView, ...]  # the lines line-level signatures matched
     sglang_release: str  # as its interpreter's files said when it began ("" when unknown)
 
 
@@ -83,6 +91,6 @@ def run_view(run: Run, flags: Mapping[str, str]) -> RunView:
         flags=dict(flags),
         markers=tuple(run.markers),
         tracebacks=tuple(run.tracebacks),
-        hit_lines=tuple(hit.line for hit in run.line_hits),
+        line_hits=tuple(LineHitView(hit.line, hit.match) for hit in run.line_hits),
         sglang_release=run.sglang_release,
     )

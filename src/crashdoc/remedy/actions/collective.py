@@ -25,7 +25,7 @@ def collective_timeout_action(inputs: Inputs) -> Action | None:
     run = inputs.run
     if run is None:
         return None
-    texts = [line.text for line in run.hit_lines]
+    texts = [hit.line.text for hit in run.line_hits]
     texts += [tb.text for tb in run.tracebacks]
     texts += [m.text for m in run.markers if m.kind == "nccl-work"]
     seen: dict[int, tuple[int, str, int]] = {}
