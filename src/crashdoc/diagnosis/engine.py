@@ -213,9 +213,9 @@ class Engine:
             begin(rec, current, state.exec_start)
             if current.flags:
                 rec.sglang = True  # the command starts SGLang: it will say when it is ready
-            d = rec.diagnosis
-            if d is not None and d.fix.changes and d.target is not None and not d.target.cmdline:
-                self.verdicts.refresh(rec, "loop-updated", self.now)  # now the fix has a command to apply to
+        target = rec.diagnosis.target if rec.diagnosis is not None and rec.diagnosis.fix.changes else None
+        if target is not None and state.exec_start and (not target.cmdline or target.exec_start != state.exec_start):
+            self.verdicts.refresh(rec, "loop-updated", self.now)  # the loop's fix: a command to apply to, and check
         verdicts = self.verdicts
         if state.active_state == "failed" and (previous is None or previous.active_state != "failed"):
             verdicts.settle(rec, self.now)
@@ -314,9 +314,11 @@ class Engine:
 
     # --- what others read ----------------------------------------------------------------
 
-    def units(self) -> dict[str, UnitView]:
-        """Every watched unit as it stands now."""
-        return {name: rec.view() for name, rec in self._units.items()}
+    def units(self, names: Iterable[str] | None = None) -> dict[str, UnitView]:
+        """Every watched unit (or those of `names` that are) as it stands now."""
+        if names is None:
+            return {name: rec.view() for name, rec in self._units.items()}
+        return {name: rec.view() for name in names if (rec := self._units.get(name)) is not None}
 
     def runs(self, unit: str) -> tuple[RunView, ...]:
         """The unit's runs that are still remembered (the latest MAX_INVOCATIONS), oldest first."""

@@ -278,6 +278,9 @@ class Daemon:
             feed(self.engine, prepared)
             for path, mtime in changed:
                 self.engine.on_file_changed(unit, path, mtime)
+            view = self.engine.units([unit]).get(unit)
+        if view is not None and view.diagnosis is not None:  # its loop's fix, on the command systemd reported now
+            self.remedies.request(view.diagnosis, check=True)
 
     def file_changed(self, unit: str, path: str, at: float) -> None:
         """From the file watcher's thread: queue it for the loop."""
