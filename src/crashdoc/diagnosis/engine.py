@@ -27,7 +27,6 @@ from crashdoc.assembly.markers import (
     parse_server_args,
 )
 from crashdoc.assembly.traceback import TracebackAssembler
-from crashdoc.diagnosis import snapshot
 from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.report import DiagnosisBuilder
@@ -384,6 +383,8 @@ class Engine:
         taken on a D-Bus change or a tick, which a replay of the journal would not redo, is
         never lost and never redone.
         """
+        from crashdoc.diagnosis import snapshot  # the daemon's alone: explain and diagnose never save
+
         self.judge()  # what is saved is settled: nothing a line left due is lost with the process
         state = snapshot.EngineState(
             self._units, self.assembler.export(), self._synthetic, self._seq, self.now, list(self.verdicts.events)
@@ -393,6 +394,8 @@ class Engine:
     def restore(self, saved: dict[str, Any] | bytes) -> None:
         """Load a snapshot made by `snapshot` (this schema or an older one), or the pickle crashdoc 0.1.0 saved
         (bytes: once, on the first start after the upgrade); raises ValueError (SnapshotError) otherwise."""
+        from crashdoc.diagnosis import snapshot
+
         state = snapshot.from_legacy_pickle(saved) if isinstance(saved, bytes) else snapshot.load(saved)
         for rec in state.units.values():
             rec.loop.thresholds = self.thresholds  # the configuration may have changed meanwhile

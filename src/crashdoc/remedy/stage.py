@@ -16,7 +16,6 @@ comes back.
 
 from __future__ import annotations
 
-import subprocess
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
@@ -24,9 +23,9 @@ from typing import TYPE_CHECKING
 
 from crashdoc.events import Diagnosis, FixTarget, FlagChange
 from crashdoc.redact import redact
-from crashdoc.remedy.commandline import Reader, read_text_file
 
 if TYPE_CHECKING:  # imported where used: `explain` (no unit on disk) loads none of them
+    from crashdoc.remedy.commandline import Reader
     from crashdoc.remedy.verify import Runner
 
 PARALLEL = 4  # `diagnose`: SGLang checks at once (each child spends seconds importing SGLang)
@@ -41,13 +40,21 @@ class RemedyStage:
         self,
         *,
         on_disk: bool = True,
-        read: Reader = read_text_file,
+        read: Reader | None = None,  # how files are read (remedy.commandline.read_text_file)
         root: Path = Path("/"),  # where /proc and /sys are read for safety checks (a fake tree in tests)
-        run: Runner = subprocess.run,
+        run: Runner | None = None,  # how a child is run (subprocess.run; a stub in tests)
         timeout: float = 90.0,  # remedy.verify.TIMEOUT
     ) -> None:
         self.on_disk = on_disk
-        self._read, self._root, self._run, self._timeout = read, root, run, timeout
+        self._reader, self._root, self._run, self._timeout = read, root, run, timeout
+
+    @property
+    def _read(self) -> Reader:
+        if self._reader is None:
+            from crashdoc.remedy.commandline import read_text_file
+
+            self._reader = read_text_file
+        return self._reader
 
     def apply(self, d: Diagnosis) -> Diagnosis:
         """The changes applied to the target's command: command, diff, apply and roll-back, safety warnings.
@@ -95,6 +102,8 @@ class RemedyStage:
 
         assert d.target is not None
         changes = d.fix.changes
+        if self._run is None:
+            return verify_fix(d.target.exec_start, changes, read=self._read, timeout=self._timeout).text
         return verify_fix(d.target.exec_start, changes, read=self._read, run=self._run, timeout=self._timeout).text
 
     def wants_check(self, d: Diagnosis) -> bool:
@@ -125,9 +134,7 @@ def with_verified(d: Diagnosis, verified: str | None) -> Diagnosis:
     return replace(d, fix=replace(d.fix, verified=verified))
 
 
-def fix_safety(
-    target: FixTarget, changes: Sequence[FlagChange], *, read: Reader = read_text_file, root: Path = Path("/")
-) -> list[str]:
+def fix_safety(target: FixTarget, changes: Sequence[FlagChange], *, read: Reader, root: Path = Path("/")) -> list[str]:
     """The signature's safety check as one warning: the pool size from the run's start-up lines, the ranks
     and any numactl from the unit's command, the NUMA settings systemd reported, the memory from `root`."""
     from crashdoc.remedy.commandline import find_invocation
