@@ -14,7 +14,7 @@ from pathlib import Path
 from crashdoc.commands.pipeline import build_engine
 from crashdoc.diagnosis import snapshot
 from crashdoc.diagnosis.engine import Engine
-from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds
+from crashdoc.events import BAD_REQUEST, Lifecycle, LifecycleRecord, LogLine, Thresholds
 from crashdoc.matching.derived import load_shipped
 from crashdoc.matching.library import load_library
 from crashdoc.matching.matcher import Matcher
@@ -97,7 +97,11 @@ def shown(e: Engine) -> dict[str, object]:
     warnings = stage.remedy_all(e.warnings(), check=False)
     registry = make_registry(CrashdocCollector(e.units, Health(), threading.Lock()))
     families = ("crashdoc_unit", "crashdoc_crashes", "crashdoc_diagnosis", "crashdoc_line", "crashdoc_warnings")
-    metrics = [line for line in exposition(registry).decode().splitlines() if line.startswith(families)]
+    # a kind of failure added since 74b936a ("bad request", issue 25) is one more sample the fixture cannot hold
+    added = f'kind="{BAD_REQUEST}"'
+    metrics = [
+        line for line in exposition(registry).decode().splitlines() if line.startswith(families) and added not in line
+    ]
     return {
         "diagnoses": json.loads(diagnoses_json(diagnoses, warnings=warnings)),
         "metrics": metrics,

@@ -78,13 +78,16 @@ def build_engine(
     thresholds: Thresholds | None = None,
     role_of: Callable[[str], str | None] | None = None,
     release: tuple[str, str] | None = None,
+    lone_lines: bool = False,
 ) -> Engine:
     """An engine; `release` is (version, where from) when `--sglang-version` / `--sglang-source` said which SGLang
     ran, above what each unit's files or log say."""
     builder = diagnosis_builder()
     if role_of is None:
-        return Engine(matcher, thresholds=thresholds, builder=builder, release_option=release)
-    return Engine(matcher, thresholds=thresholds, role_of=role_of, builder=builder, release_option=release)
+        return Engine(matcher, thresholds=thresholds, builder=builder, release_option=release, lone_lines=lone_lines)
+    return Engine(
+        matcher, thresholds=thresholds, role_of=role_of, builder=builder, release_option=release, lone_lines=lone_lines
+    )
 
 
 def daemon_engine(
@@ -110,7 +113,7 @@ def explain_text_with_warnings(
     """Diagnose one pasted log: (failures, tracebacks the server survived)."""
     from crashdoc.sources.textlog import parse_text
 
-    engine = build_engine(matcher or Matcher(library, load_shipped()), release=release)
+    engine = build_engine(matcher or Matcher(library, load_shipped()), release=release, lone_lines=True)
     gpu = None
     if "NVRM" in text or "SXid" in text:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
         from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste

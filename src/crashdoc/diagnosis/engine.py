@@ -31,6 +31,7 @@ from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.diagnosis.reporting import Reporter
+from crashdoc.diagnosis.rootcause import judge_lone
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
@@ -64,13 +65,16 @@ class Engine:
         builder: DiagnosisBuilder | None = None,
         release_option: tuple[str, str] | None = None,
         quiet_seconds: float = QUIET_SECONDS,
+        lone_lines: bool = False,
     ) -> None:
         get = matcher if callable(matcher) and not isinstance(matcher, Matcher) else (lambda: matcher)
         self.thresholds = thresholds or Thresholds()
         self.role_of = role_of
-        self.reporter = Reporter(get, builder or DiagnosisBuilder(), release_option)
+        self.reporter = Reporter(get, builder or DiagnosisBuilder(), release_option, lambda: self._units)
         self.verdicts = Verdicts(self.reporter)
         self.quiet_seconds = quiet_seconds
+        # pasted logs: a failure may be stated by a lone message line (the journal's daemon never guesses so)
+        self.lone_lines = lone_lines
         self.assembler = TracebackAssembler()
         self._units: dict[str, UnitRecord] = {}
         self._synthetic = 0  # numbers runs of text logs, which have no INVOCATION_ID
@@ -119,8 +123,12 @@ class Engine:
         matcher = self.reporter.matcher()
         # one RE2 pass for the marker literals and the line signatures; find_marker is told the literal
         literal, match = matcher.scan_line(line.text)
-        if literal in SERVING_LITERALS and not run.open_tracebacks:
-            return  # a batch or access line with no traceback to resolve: what add_marker would conclude
+        if literal in SERVING_LITERALS:
+            run.serving_seq = seq
+            if literal[-5:] == "batch":  # "Decode batch" / "Prefill batch": the load a pool failure happened at
+                run.last_batch = line.text
+            if not run.open_tracebacks:
+                return  # a batch or access line with no traceback to resolve: what add_marker would conclude
         marker = find_marker(line, literal or None) if literal is not None else None
         if marker is not None:
             marker.seq = seq
@@ -142,6 +150,8 @@ class Engine:
             handled = run.later_line(line.pid, seq)
             if handled:
                 rec.unjudged.extend((entry, run) for entry in handled)
+        if self.lone_lines and match is None and marker is None:
+            run.add_loose(line, seq)
         if match is not None:
             run.add_line_hit(LineHit(match, line, seq))
             sig = matcher.library.get(match.signature_id)
@@ -297,6 +307,8 @@ class Engine:
                     rec.unjudged.extend((entry, current) for entry in handled)
             if current is not None and not current.ended and current.worded:
                 rec.unjudged.extend((entry, current) for entry in current.settle_worded())
+            if self.lone_lines and current is not None and not current.ended:
+                judge_lone(current, self.reporter.matcher())
             verdicts.judge(rec, self.now)
             if current is not None and not current.ended and current.crashed:
                 current.ended_by_input = True

@@ -6,7 +6,7 @@ Pure: the records in, `Diagnosis` records out (built by `report.DiagnosisBuilder
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import replace
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
@@ -16,7 +16,7 @@ from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause, tra
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.views import RunView, run_view
-from crashdoc.events import Diagnosis
+from crashdoc.events import BAD_REQUEST, Diagnosis
 from crashdoc.matching.matcher import Facts, Matcher
 
 # (release, where it came from) when no option, log line or interpreter says
@@ -44,9 +44,11 @@ class Reporter:
         matcher: Callable[[], Matcher],
         builder: DiagnosisBuilder,
         release_option: tuple[str, str] | None = None,
+        units: Callable[[], Mapping[str, UnitRecord]] = dict,
     ) -> None:
         self.matcher = matcher
         self.builder = builder
+        self.units = units  # every watched unit: a unit's peers (a PD counterpart, a router's workers)
         self.release_option = release_option  # (release, "where from") that `--sglang-version` and the like said
 
     def flags(self, run: Run) -> dict[str, str]:
@@ -94,6 +96,15 @@ class Reporter:
             config_change=change,
             sglang_release=release,
             sglang_release_from=release_from,
+            peers=self.peers(rec),
+        )
+
+    def peers(self, rec: UnitRecord) -> tuple[tuple[str, dict[str, str]], ...]:
+        """The other units' flags (their last run's): a PD unit's counterpart, the workers behind a router."""
+        return tuple(
+            (other.name, self.flags(other.current))
+            for other in self.units().values()
+            if other is not rec and other.current is not None
         )
 
     def build(self, rec: UnitRecord, run: Run | None, finding: Finding, crashes: int, confidence: float) -> Diagnosis:
@@ -171,7 +182,8 @@ class Reporter:
                     "(see the root-cause line) is needed."
                 )
             # crashes: times seen, not crashes of a loop
-            out.append(replace(d, crashes=count, severity="warning", handled=h.reason))
+            kind = BAD_REQUEST if h.request else d.kind
+            out.append(replace(d, crashes=count, severity="warning", handled=h.reason, kind=kind))
         return out
 
 

@@ -100,10 +100,11 @@ SCHEMA: tuple[Record, ...] = (
         "unit id started_at ended_at first_line_at last_line_at lines tracebacks tracebacks_dropped line_hits "
         "markers ready_at sglang server_flags cmdline exit_code exit_status result oom_killed core_dumped "
         "n_restarts start_limit_hit deactivated oom_message good flags ended_by_input handled handled_total "
-        "open_tracebacks worded tore_down sglang_release sglang_release_from logged_release",
+        "open_tracebacks worded tore_down sglang_release sglang_release_from logged_release serving_seq last_batch "
+        "loose lone",
     ),
     _record("line_hit", LineHit, "match line seq"),
-    _record("handled", Handled, "traceback reason how count kind kept fingerprint processes"),
+    _record("handled", Handled, "traceback reason how count kind kept fingerprint processes request"),
     _record(
         "loop",
         LoopTracker,

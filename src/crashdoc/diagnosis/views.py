@@ -51,6 +51,7 @@ class RunView:
     markers: tuple[Marker, ...]
     tracebacks: tuple[Traceback, ...]
     line_hits: tuple[LineHitView, ...]  # the lines line-level signatures matched
+    last_batch: str  # its last "Decode batch"/"Prefill batch" line: how loaded the server was
     sglang_release: str  # as its interpreter's files said when it began ("" when unknown)
 
 
@@ -92,5 +93,6 @@ def run_view(run: Run, flags: Mapping[str, str]) -> RunView:
         markers=tuple(run.markers),
         tracebacks=tuple(run.tracebacks),
         line_hits=tuple(LineHitView(hit.line, hit.match) for hit in run.line_hits),
+        last_batch=run.last_batch,
         sglang_release=run.sglang_release,
     )
