@@ -371,11 +371,11 @@ def check_config_file(name: str) -> ConfigCheck:
         config = load_config(name)
     except ConfigError as exc:
         return ConfigCheck(problems=list(exc.problems))
-    from crashdoc.yamlfile import YamlError, parse_located
+    from crashdoc.yamlfile import read_located
 
     try:
-        lines = parse_located(Path(name).read_text(encoding="utf-8")).lines
-    except (OSError, UnicodeDecodeError, YamlError):
+        lines = read_located(name, ConfigError)[0].lines
+    except ConfigError:  # read once already: only a file changed since could say otherwise
         lines = {}
 
     def at(*paths: tuple[object, ...]) -> str:
