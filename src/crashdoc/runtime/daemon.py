@@ -83,6 +83,8 @@ class Daemon:
     _lag_probe_at: float = 0.0
     _saved_outbox: set[int] = field(default_factory=set)  # ids of the pending events a save already holds
     _waiting_since: dict[int, float] = field(default_factory=dict)  # pending events waiting for their fix
+    _unready_since: dict[str, float] = field(default_factory=dict)  # loops whose fix is not applied yet
+    _alerted: dict[str, Diagnosis] = field(default_factory=dict)  # what the alerts said last, by unit
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -448,9 +450,24 @@ class Daemon:
         return effects
 
     def _active_alerts(self) -> dict[str, Diagnosis]:
+        """The loops to alert on, each with its fix as the remedy stage applied it. A loop whose fix is not ready
+        yet (for REMEDY_WAIT at most) keeps the alert it had, or has none yet: an alert never goes out with a
+        fix that has no command, only to be sent again a moment later with one."""
         with self.lock:
             active = {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
-        return {name: self.remedies.published(d) for name, d in active.items()}
+        now = time.monotonic()
+        shown: dict[str, Diagnosis] = {}
+        unready: dict[str, float] = {}
+        for name, d in active.items():
+            if not self.remedies.ready(d):
+                since = unready[name] = self._unready_since.get(name, now)
+                if now - since < REMEDY_WAIT:
+                    if name in self._alerted:
+                        shown[name] = self._alerted[name]
+                    continue
+            shown[name] = self.remedies.published(d)
+        self._unready_since, self._alerted = unready, shown
+        return shown
 
     def _account(self, before: str | None, entries: int, errors: int) -> None:
         """Say what one read skipped: entries gone before they could be read (their sequence numbers
