@@ -50,59 +50,48 @@ def _metrics(base: str) -> dict[str, float]:
 
 
 def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, float]:
-    """Run the daemon over the generated journal folder from its head; memory once caught up."""
-    from systemd import journal
+    """Run the daemon over the generated journal folder from its head; memory while it catches up (sampled
+    every 0.1 s) and once it has (its "caught up with the journal" line, then a second of idling)."""
+    import threading
 
-    from bench.common import library_folders
+    from bench.catchup import daemon_config, head_cursor
 
-    r = journal.Reader(files=[str(f) for f in js.files])
-    r.seek_head()
-    r._next()
-    cursor = r._get_cursor()
-    r.close()
     state = workdir / "follow-state"
     state.mkdir(parents=True, exist_ok=True)
-    (state / "state.json").write_text(json.dumps({"version": 1, "cursor": cursor, "saved_at": time.time(), "data": {}}))
-    folders, note = library_folders()
-    config = workdir / "follow.yaml"
-    listed = ", ".join(f'"{f}"' for f in folders)
-    extra = "" if not note else "signatures: {builtin: false, folders: [" + listed + "]}\n"
-    config.write_text('units:\n  - {name: "sglang*.service", role: any}\ndbus: false\n' + extra)
+    saved = {"version": 1, "cursor": head_cursor(js), "saved_at": time.time(), "data": {}}
+    (state / "state.json").write_text(json.dumps(saved))
+    config = daemon_config(workdir)
     port = _port()
     base = f"http://127.0.0.1:{port}"
-    argv = [
-        *CRASHDOC,
-        "run",
-        "--config",
-        str(config),
-        "--directory",
-        str(js.folder),
-        "--state-directory",
-        str(state),
-        "--listen",
-        f"127.0.0.1:{port}",
-    ]
-    log_path = workdir / "follow.log"
+    argv = [*CRASHDOC, "run", "--config", str(config), "--directory", str(js.folder)]
+    argv += ["--state-directory", str(state), "--listen", f"127.0.0.1:{port}"]
     entries = int(js.meta["entries"])
-    with open(log_path, "wb") as out:
-        # this tree's crashdoc (not whichever one the venv has installed), with compiled bytecode
-        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=ROOT, env=_env())
+    # this tree's crashdoc (not whichever one the venv has installed), with compiled bytecode
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
+    said: list[str] = []
+    caught_up = threading.Event()
+
+    def listen() -> None:
+        assert proc.stderr is not None
+        for text in proc.stderr:
+            said.append(text)
+            if "caught up with the journal" in text:
+                caught_up.set()
+
+    threading.Thread(target=listen, daemon=True).start()
     started = time.monotonic()
     peak = peak_anon = peak_file = 0
     try:
-        while time.monotonic() - started < timeout:
+        while not caught_up.is_set():
             if proc.poll() is not None:
-                raise RuntimeError(f"crashdoc run exited: {log_path.read_text()[-2000:]}")
+                raise RuntimeError(f"crashdoc run exited: {''.join(said)[-2000:]}")
+            if time.monotonic() - started > timeout:
+                raise RuntimeError("crashdoc did not catch up with the journal in time")
             now = proc_status(proc.pid)
             peak = max(peak, now.get("VmRSS", 0))
             peak_anon = max(peak_anon, now.get("RssAnon", 0))
             peak_file = max(peak_file, now.get("RssFile", 0) + now.get("RssShmem", 0))
-            m = _metrics(base)
-            if m.get("crashdoc_journal_entries_read_total", m.get("crashdoc_journal_entries_read", 0)) >= entries - 1:
-                break
             time.sleep(0.1)
-        else:
-            raise RuntimeError("crashdoc did not catch up with the journal in time")
         seconds = time.monotonic() - started
         time.sleep(1.0)
         status = proc_status(proc.pid)
