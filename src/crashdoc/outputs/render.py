@@ -149,7 +149,8 @@ def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
         lines.append("  change to make:")
         lines.extend("    " + line for line in d.fix.diff.rstrip("\n").split("\n"))
     if d.fix.apply:
-        lines.append("  to apply (crashdoc changes nothing itself):")
+        what = "to check and recover" if d.kind == "hardware" else "to apply"  # a GPU fault has no change to apply
+        lines.append(f"  {what} (crashdoc changes nothing itself):")
         lines.extend(f"    $ {cmd}" for cmd in d.fix.apply)
     if d.fix.rollback:
         lines.append("  to roll back:")

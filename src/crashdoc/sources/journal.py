@@ -27,7 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 from systemd import journal
 
-from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, WatchRule
+from crashdoc.events import GpuEvent, Lifecycle, LifecycleRecord, LogLine, WatchRule
 from crashdoc.sources.cursor import entries_between
 from crashdoc.sources.lifecycle import (
     COREDUMP_MESSAGE_ID,
@@ -40,8 +40,10 @@ from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
     from crashdoc.sources.fastread import BatchReader
+    from crashdoc.sources.kernel_gpu import KernelGpuReader
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
+MAX_GPU_EVENTS = 10_000  # kernel GPU events kept until drained (a storm of Xid 13 must not grow without bound)
 TRIM_CHECK_EVERY = 2_000  # entries stepped between two looks at how many file pages are mapped
 # release the journal pages once this many bytes of file pages were mapped since (8 MB: catch-up peak ~72 MB)
 TRIM_ABOVE = 4 << 20
@@ -206,6 +208,9 @@ class JournalSource:
         self._names: set[bytes] = set()  # the watched units' names the reader matches
         self._invalidated = False  # journal files were added or removed since the last read
         self._gone_taken = 0
+        # the NVIDIA driver's kernel lines (Xid, SXid, fallen off the bus), read when asked (`read_gpu_events`)
+        self._gpu_lines: KernelGpuReader | None = None
+        self.gpu_events: list[GpuEvent] = []
         self._batch: BatchReader | None = None
         self.fast_reader = "not asked for (no folder to build it in)"  # "" when the C reader reads
         if build_dir is not None:
@@ -330,6 +335,14 @@ class JournalSource:
             return None
         reader.data_threshold = self.reader.data_threshold
         return reader
+
+    def read_gpu_events(self) -> None:
+        """Also collect the kernel's GPU fault lines into `gpu_events` (the caller drains it; at most
+        MAX_GPU_EVENTS are kept). Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
+        if self._gpu_lines is None:
+            from crashdoc.sources.kernel_gpu import KernelGpuReader  # its patterns are compiled only when asked
+
+            self._gpu_lines = KernelGpuReader()
 
     # --- positioning ---------------------------------------------------------------------
 
@@ -584,6 +597,11 @@ class JournalSource:
                 return None
             message = get("MESSAGE")
         except KeyError:
+            return None
+        if self._gpu_lines is not None and self._gpu_lines.wants(message):
+            text = terminal_safe(message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
+            self.gpu_events += self._gpu_lines.feed(text, realtime() / 1e6)
+            del self.gpu_events[:-MAX_GPU_EVENTS]
             return None
         if b"oom-kill:" not in message:
             return None
