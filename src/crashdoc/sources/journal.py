@@ -664,26 +664,15 @@ class JournalSource:
         return lines
 
     def newest_timestamp(self, oldest: bool = False) -> float | None:
-        """Realtime of the newest entry in the journal (`oldest`: of the oldest), from a separate reader
-        (the position stays): how far reading is behind what was written (crashdoc_journal_lag_seconds),
-        and where a long read is between the two ends (diagnose's progress)."""
+        """Realtime of the newest entry in the journal (`oldest`: of the oldest), whatever the matches, from
+        the files' headers (the position stays; a second reader over a 12-file journal cost 25 ms, and the
+        daemon asks every second while behind): how far reading is behind what was written
+        (crashdoc_journal_lag_seconds), and where a long read is between the two ends (diagnose's progress)."""
         try:
-            if self._files:
-                reader = journal.Reader(files=self._files)
-            else:
-                reader = journal.Reader(path=self._directory) if self._directory else journal.Reader()
+            usec = self.reader._get_start() if oldest else self.reader._get_end()
         except OSError:
             return None
-        try:
-            if oldest:
-                reader.seek_head()
-                return reader._get_realtime() / 1e6 if reader._next() else None
-            reader.seek_tail()
-            return reader._get_realtime() / 1e6 if reader._previous() else None
-        except OSError:
-            return None
-        finally:
-            reader.close()
+        return usec / 1e6 if usec else None
 
     # --- waiting -------------------------------------------------------------------------
 
