@@ -163,7 +163,7 @@ class ReadStats:
     errors: int = 0  # entries that could not be read (corruption, I/O)
     gone: int = 0  # entries gone before they could be read (rotated away and vacuumed)
     last_error: str = ""
-    last_timestamp: float = 0.0  # realtime of the newest entry read
+    last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
 Event = LogLine | LifecycleRecord
@@ -481,6 +481,8 @@ class JournalSource:
                 stats.last_timestamp = r._get_realtime() / 1e6
             except OSError:
                 pass
+        if self.at_end:  # everything written was passed, what the matches skipped included
+            stats.last_timestamp = max(stats.last_timestamp, self.newest_timestamp() or 0.0)
         return events
 
     def _count_vacuumed(self) -> None:
