@@ -75,7 +75,7 @@ def main(argv: list[str] | None = None) -> int:
 
     section("startup", lambda: startup.run(results))
     section("throughput", lambda: throughput.run(js, results, rounds=a.rounds, before_src=a.before_src))
-    section("catchup", lambda: catchup.run(a.entries, results, rounds=a.rounds + 1))
+    section("catchup", lambda: catchup.run(a.entries, results, rounds=a.rounds + 1, before_src=a.before_src))
     if a.before_src:
         section("hotpath", lambda: hotpath.run(js, results, a.before_src))
     section("scale", lambda: scale.run(js, results, rounds=3, lines=min(200_000, a.entries)))

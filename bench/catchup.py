@@ -23,15 +23,23 @@ import os
 import shutil
 import socket
 import subprocess
+import threading
 import time
 from pathlib import Path
 
 from bench.common import CRASHDOC, ROOT, Results, cpu_seconds, library_folders, log, median, proc_status
 from bench.journal_gen import WATCHED, JournalSet, build
+from bench.memory import _metrics
 from bench.throughput import READER_CPU, _env, run_crashdoc, run_reader
 
 CASES = ("floor", "diagnose", "daemon")
-LABELS = {"floor": "(a) bare loop", "diagnose": "(d) crashdoc diagnose", "daemon": "(r) crashdoc run, catch-up"}
+LABELS = {
+    "floor": "(a) bare loop",
+    "diagnose": "(d) crashdoc diagnose",
+    "daemon": "(r) crashdoc run, catch-up",
+    "diagnose0": "(d0) diagnose, crashdoc from --before-src",
+    "daemon0": "(r0) catch-up, crashdoc from --before-src",
+}
 TARGETS = {("daemon", WATCHED): 0.75, ("diagnose", WATCHED): 1.2, ("diagnose", 0.1): 3.0}
 
 
@@ -61,29 +69,48 @@ def daemon_config(workdir: Path) -> Path:
     return config
 
 
-def run_daemon(js: JournalSet, state: Path, config: Path, cursor: str, timeout: float = 900.0) -> dict[str, float]:
+def run_daemon(
+    js: JournalSet, state: Path, config: Path, cursor: str, src: str | None = None, timeout: float = 900.0
+) -> dict[str, float]:
     """One catch-up from the journal's head; the state folder's cache/ (compiled library, C reader) is kept
-    between runs, as a restarted daemon finds it."""
+    between runs, as a restarted daemon finds it. Caught up: its "caught up with the journal" line, or for
+    a crashdoc from `src` that does not say so (before issue 26), /metrics counting every entry read
+    (polled every 20 ms)."""
     state.mkdir(parents=True, exist_ok=True)
     saved = {"version": 1, "cursor": cursor, "saved_at": time.time(), "data": {}}
     (state / "state.json").write_text(json.dumps(saved))
+    port = _port()
     argv = [*CRASHDOC, "run", "--config", str(config), "--directory", str(js.folder)]
-    argv += ["--state-directory", str(state), "--listen", f"127.0.0.1:{_port()}"]
+    argv += ["--state-directory", str(state), "--listen", f"127.0.0.1:{port}"]
     started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(), cwd=ROOT)
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(src), cwd=ROOT)
     assert proc.stderr is not None
     said: list[str] = []
-    try:
-        deadline = time.monotonic() + timeout
+    caught_up = threading.Event()
+
+    def listen() -> None:
+        assert proc.stderr is not None
         for text in proc.stderr:
             said.append(text)
             if "caught up with the journal" in text:
+                caught_up.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    entries = int(js.meta["entries"])
+    try:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline and proc.poll() is None:
+            if src is None:
+                done = caught_up.wait(0.5)
+            else:
+                m = _metrics(f"http://127.0.0.1:{port}")
+                done = m.get("crashdoc_journal_entries_read_total", 0) >= entries - 1
+                time.sleep(0 if done else 0.02)
+            if done:
                 seconds = time.perf_counter() - started
                 cpu = cpu_seconds(proc.pid)
                 status = proc_status(proc.pid)
                 return {"seconds": seconds, "cpu": cpu, "hwm_kib": status.get("VmHWM", 0)}
-            if time.monotonic() > deadline:
-                break
         raise RuntimeError(f"crashdoc run did not catch up: {''.join(said)[-2000:]}")
     finally:
         proc.terminate()
@@ -94,7 +121,15 @@ def run_daemon(js: JournalSet, state: Path, config: Path, cursor: str, timeout: 
             proc.wait()
 
 
-def run(entries: int, results: Results, rounds: int = 3, shares: tuple[float, ...] = (WATCHED, 0.1)) -> dict:
+def run(
+    entries: int,
+    results: Results,
+    rounds: int = 3,
+    shares: tuple[float, ...] = (WATCHED, 0.1),
+    before_src: str | None = None,
+) -> dict:
+    """`before_src`: also (d0) and (r0), the same commands from another source tree, in the same rounds."""
+    cases = (*CASES, "diagnose0", "daemon0") if before_src else CASES
     journals = {share: build(entries, watched=share) for share in shares}
     folders, note = library_folders()
     signatures = [str(f) for f in folders]
@@ -105,8 +140,8 @@ def run(entries: int, results: Results, rounds: int = 3, shares: tuple[float, ..
     work.mkdir(parents=True)
     config = daemon_config(work)
     cursors = {share: head_cursor(js) for share, js in journals.items()}
-    times: dict[tuple[str, float], list[float]] = {(c, s): [] for c in CASES for s in shares}
-    cpu: dict[tuple[str, float], list[float]] = {(c, s): [] for c in CASES for s in shares}
+    times: dict[tuple[str, float], list[float]] = {(c, s): [] for c in cases for s in shares}
+    cpu: dict[tuple[str, float], list[float]] = {(c, s): [] for c in cases for s in shares}
     hwm: dict[float, list[float]] = {s: [] for s in shares}
     found: dict[float, int] = {}
     try:
@@ -114,28 +149,34 @@ def run(entries: int, results: Results, rounds: int = 3, shares: tuple[float, ..
             run_reader("floor", [str(f) for f in js.files])
             run_crashdoc([str(f) for f in js.files], signatures)
             run_daemon(js, work / f"state-{share}", config, cursors[share])
+            if before_src:
+                run_crashdoc([str(f) for f in js.files], signatures, before_src)
+                run_daemon(js, work / f"state0-{share}", config, cursors[share], before_src)
         for r in range(rounds):
             for share, js in journals.items():
                 files = [str(f) for f in js.files]
-                for case in CASES:
+                for case in cases:
                     if case == "floor":
                         n, seconds = run_reader("floor", files)
                         if n != js.meta["entries"]:
                             raise RuntimeError(f"the bare loop read {n} entries, the journal has {js.meta['entries']}")
                         used = READER_CPU["floor"][-1]
-                    elif case == "diagnose":
-                        seconds, used, diagnoses = run_crashdoc(files, signatures)
-                        found[share] = len(diagnoses)
+                    elif case in ("diagnose", "diagnose0"):
+                        src = before_src if case == "diagnose0" else None
+                        seconds, used, diagnoses = run_crashdoc(files, signatures, src)
+                        found[share] = len(diagnoses) if src is None else found.get(share, 0)
                     else:
-                        d = run_daemon(js, work / f"state-{share}", config, cursors[share])
+                        src, state = (before_src, "state0") if case == "daemon0" else (None, "state")
+                        d = run_daemon(js, work / f"{state}-{share}", config, cursors[share], src)
                         seconds, used = d["seconds"], d["cpu"]
-                        hwm[share].append(d["hwm_kib"] / 1024)
+                        if src is None:
+                            hwm[share].append(d["hwm_kib"] / 1024)
                     times[(case, share)].append(seconds)
                     cpu[(case, share)].append(used)
                     log(f"  round {r + 1}/{rounds} {share:.0%} watched, {case}: {seconds:.2f} s ({used:.2f} s CPU)")
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    summarize(journals, results, times, cpu, hwm, found)
+    summarize(journals, results, times, cpu, hwm, found, cases)
     return {"times": times, "cpu": cpu}
 
 
@@ -146,6 +187,7 @@ def summarize(
     cpu: dict[tuple[str, float], list[float]],
     hwm: dict[float, list[float]],
     found: dict[float, int],
+    cases: tuple[str, ...] = CASES,
 ) -> None:
     raw: dict[str, object] = {}
     for share, js in journals.items():
@@ -155,8 +197,13 @@ def summarize(
         floor = times[("floor", share)]
         base_best, base_median, base_cpu = min(floor), median(floor), min(cpu[("floor", share)])
         where = f"{entries:,} entries, SGLang units {watched / entries:.0%}"
-        raw[f"{share}"] = {"entries": entries, "watched": watched, "times": {c: times[(c, share)] for c in CASES}}
-        for case in CASES:
+        raw[f"{share}"] = {
+            "entries": entries,
+            "watched": watched,
+            "times": {c: times[(c, share)] for c in cases},
+            "cpu": {c: cpu[(c, share)] for c in cases},
+        }
+        for case in cases:
             t, used = times[(case, share)], cpu[(case, share)]
             row = results.add(
                 "catchup",
@@ -175,7 +222,7 @@ def summarize(
                 row.ok = base_best / min(t) >= want * 0.999
             if case == "daemon":
                 row.note = f"VmHWM when caught up: {max(hwm[share]):.1f} MB (max of {len(hwm[share])} runs)"
-            else:
+            elif case == "diagnose":
                 row.note = f"{found.get(share, 0)} diagnoses"
     results.raw["catchup"] = raw
     results.notes.append(

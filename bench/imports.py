@@ -76,6 +76,28 @@ class Finder(importlib.abc.MetaPathFinder):
 
 
 sys.meta_path.insert(0, Finder())
+# two costs every module pays at import: building dataclasses (generated methods, compiled with exec) and
+# compiling `re` patterns
+spent = {"dataclasses": [0.0, 0], "re.compile": [0.0, 0]}
+import dataclasses, re
+
+
+def timed(label, function):
+    def wrapper(*args, **kwargs):
+        t0 = time.perf_counter()
+        try:
+            return function(*args, **kwargs)
+        finally:
+            spent[label][0] += time.perf_counter() - t0
+            spent[label][1] += 1
+    return wrapper
+
+
+dataclasses._process_class = timed("dataclasses", dataclasses._process_class)
+_re_compile = re._compile
+_re_timed = timed("re.compile", _re_compile)
+re._compile = lambda pattern, flags: _re_compile(pattern, flags) if isinstance(pattern, re.Pattern) or (
+    type(pattern), pattern, flags) in re._cache else _re_timed(pattern, flags)
 scenario, scratch = sys.argv[1], sys.argv[2]
 import contextlib, io, os
 sink = io.StringIO()
@@ -108,7 +130,7 @@ for trace in tracemalloc.take_snapshot().traces if tracemalloc.is_tracing() else
             break
     held[where] = held.get(where, 0) + trace.size
 import json
-print(json.dumps({"elapsed": elapsed, "modules": records, "held": held,
+print(json.dumps({"elapsed": elapsed, "modules": records, "held": held, "spent": spent,
                   "traced": tracemalloc.get_traced_memory()[0],
                   "rss_kib": int(open("/proc/self/status").read().split("VmRSS:")[1].split()[0])}))
 """
@@ -170,6 +192,7 @@ def profile(scenario: str, runs: int = 5) -> dict:
     return {
         "scenario": scenario,
         "elapsed": median([d["elapsed"] for d in docs]),
+        "spent": {k: [median([d["spent"][k][0] for d in docs]), docs[0]["spent"][k][1]] for k in docs[0]["spent"]},
         "traced": memory["traced"],
         "rss_kib": median([d["rss_kib"] for d in docs]),
         "modules": modules,
@@ -187,6 +210,8 @@ def report(doc: dict, top: int = 25) -> str:
         f"(median), of which imports {total_time * 1000:.0f} ms ({len(modules)} modules, "
         f"{total_mem / 1e6:.1f} MB allocated while importing); {doc['traced'] / 1e6:.1f} MB still allocated "
         f"at the end (tracemalloc), VmRSS {doc['rss_kib'] / 1024:.1f} MB",
+        "of which, imports included: "
+        + "; ".join(f"{k} {v[0] * 1000:.0f} ms ({v[1]} calls)" for k, v in doc["spent"].items()),
         "",
         f"top {top} modules by own import time (ms own / cumulative, MB own):",
     ]
