@@ -781,15 +781,18 @@ def release_journal_pages() -> int:
         return 0
     released = 0
     try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                parts = line.split(None, 5)
-                if len(parts) < 6 or parts[1] != "r--s" or not parts[5].rstrip().endswith((".journal", ".journal~")):
-                    continue
-                start, _, end = parts[0].partition("-")
-                begin, length = int(start, 16), int(end, 16) - int(start, 16)
-                if libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(length), _MADV_DONTNEED) == 0:
-                    released += length
+        with open("/proc/self/maps", "rb") as maps:
+            text = maps.read()
+        for line in text.splitlines():
+            if not line.endswith((b".journal", b".journal~")):  # most lines: decided without splitting them
+                continue
+            parts = line.split(None, 5)
+            if len(parts) < 6 or parts[1] != b"r--s":
+                continue
+            start, _, end = parts[0].partition(b"-")
+            begin, length = int(start, 16), int(end, 16) - int(start, 16)
+            if libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(length), _MADV_DONTNEED) == 0:
+                released += length
     except (OSError, ValueError):
         return released
     return released
