@@ -49,6 +49,19 @@ def _metrics(base: str) -> dict[str, float]:
     return out
 
 
+def warm_state_cache(cache: Path) -> None:
+    """What a daemon that ran before finds in `<state>/cache`: the compiled library and the C reader (a first
+    start validates the YAML library, which leaves the heap of a validation behind, and builds the reader)."""
+    from bench.common import library_folders
+    from crashdoc.matching.cache import CompiledCache
+    from crashdoc.matching.library import load_library
+    from crashdoc.sources import fastread
+
+    folders, _ = library_folders()
+    load_library(folders, compiled=CompiledCache(cache))
+    fastread._built(cache)
+
+
 def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, float]:
     """Run the daemon over the generated journal folder from its head; memory while it catches up (sampled
     every 0.1 s) and once it has (its "caught up with the journal" line, then a second of idling)."""
@@ -58,6 +71,7 @@ def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, f
 
     state = workdir / "follow-state"
     state.mkdir(parents=True, exist_ok=True)
+    warm_state_cache(state / "cache")
     saved = {"version": 1, "cursor": head_cursor(js), "saved_at": time.time(), "data": {}}
     (state / "state.json").write_text(json.dumps(saved))
     config = daemon_config(workdir)
