@@ -27,7 +27,8 @@ CATEGORIES: tuple[str, ...] = (
     "other",
 )
 # The second axis of a diagnosis: what kind of failure it is, whatever the subsystem (`category`) says.
-KINDS: tuple[str, ...] = ("config", "resource", "environment", "bug", "hardware-network")
+BAD_REQUEST = "bad request"  # one request failed and got an error answer; the server went on
+KINDS: tuple[str, ...] = ("config", "resource", "environment", "bug", "hardware-network", BAD_REQUEST)
 SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
 ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 

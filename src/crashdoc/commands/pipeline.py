@@ -88,9 +88,10 @@ def build_engine(
     builder: DiagnosisBuilder,
     thresholds: Thresholds | None = None,
     role_of: Callable[[str], str | None] | None = None,
+    lone_lines: bool = False,
 ) -> Engine:
     if role_of is None:
-        return Engine(matcher, thresholds=thresholds, builder=builder)
+        return Engine(matcher, thresholds=thresholds, builder=builder, lone_lines=lone_lines)
     return Engine(matcher, thresholds=thresholds, role_of=role_of, builder=builder)
 
 
@@ -130,7 +131,9 @@ def explain_text_with_warnings(
     """Diagnose one pasted log: (failures, tracebacks the server survived)."""
     from crashdoc.sources.textlog import parse_text
 
-    engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder(release))
+    engine = build_engine(
+        matcher or Matcher(library, load_shipped()), builder=pasted_log_builder(release), lone_lines=True
+    )
     gpu = None
     if "NVRM" in text or "SXid" in text:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
         from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste
