@@ -21,15 +21,15 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import socket
 import subprocess
 import threading
 import time
+from dataclasses import dataclass
 from pathlib import Path
 
 from bench.common import CRASHDOC, ROOT, Results, cpu_seconds, library_folders, log, median, proc_status
 from bench.journal_gen import WATCHED, JournalSet, build
-from bench.memory import _metrics
+from bench.memory import _metrics, _port
 from bench.throughput import READER_CPU, _env, run_crashdoc, run_reader
 
 CASES = ("floor", "diagnose", "daemon")
@@ -41,12 +41,6 @@ LABELS = {
     "daemon0": "(r0) catch-up, crashdoc from --before-src",
 }
 TARGETS = {("daemon", WATCHED): 0.75, ("diagnose", WATCHED): 1.2, ("diagnose", 0.1): 3.0}
-
-
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
 
 
 def head_cursor(js: JournalSet) -> str:
@@ -69,6 +63,48 @@ def daemon_config(workdir: Path) -> Path:
     return config
 
 
+@dataclass
+class Started:
+    """A `crashdoc run` catching up: its process, port, what it said so far, and whether it said it caught up."""
+
+    proc: subprocess.Popen[str]
+    port: int
+    said: list[str]
+    caught_up: threading.Event
+
+
+def start_daemon(js: JournalSet, state: Path, config: Path, cursor: str, src: str | None = None) -> Started:
+    """`crashdoc run` over the journal's folder with a saved cursor (a daemon that was down while the rest was
+    written); the crashdoc of this tree, or of `src`, with compiled bytecode."""
+    state.mkdir(parents=True, exist_ok=True)
+    saved = {"version": 1, "cursor": cursor, "saved_at": time.time(), "data": {}}
+    (state / "state.json").write_text(json.dumps(saved))
+    port = _port()
+    argv = [*CRASHDOC, "run", "--config", str(config), "--directory", str(js.folder)]
+    argv += ["--state-directory", str(state), "--listen", f"127.0.0.1:{port}"]
+    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(src), cwd=ROOT)
+    started = Started(proc, port, [], threading.Event())
+
+    def listen() -> None:
+        assert proc.stderr is not None
+        for text in proc.stderr:
+            started.said.append(text)
+            if "caught up with the journal" in text:
+                started.caught_up.set()
+
+    threading.Thread(target=listen, daemon=True).start()
+    return started
+
+
+def stop_daemon(proc: subprocess.Popen[str]) -> None:
+    proc.terminate()
+    try:
+        proc.wait(10)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
 def run_daemon(
     js: JournalSet, state: Path, config: Path, cursor: str, src: str | None = None, timeout: float = 900.0
 ) -> dict[str, float]:
@@ -76,49 +112,25 @@ def run_daemon(
     between runs, as a restarted daemon finds it. Caught up: its "caught up with the journal" line, or for
     a crashdoc from `src` that does not say so (before issue 26), /metrics counting every entry read
     (polled every 20 ms)."""
-    state.mkdir(parents=True, exist_ok=True)
-    saved = {"version": 1, "cursor": cursor, "saved_at": time.time(), "data": {}}
-    (state / "state.json").write_text(json.dumps(saved))
-    port = _port()
-    argv = [*CRASHDOC, "run", "--config", str(config), "--directory", str(js.folder)]
-    argv += ["--state-directory", str(state), "--listen", f"127.0.0.1:{port}"]
-    started = time.perf_counter()
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, env=_env(src), cwd=ROOT)
-    assert proc.stderr is not None
-    said: list[str] = []
-    caught_up = threading.Event()
-
-    def listen() -> None:
-        assert proc.stderr is not None
-        for text in proc.stderr:
-            said.append(text)
-            if "caught up with the journal" in text:
-                caught_up.set()
-
-    threading.Thread(target=listen, daemon=True).start()
+    began = time.perf_counter()
+    d = start_daemon(js, state, config, cursor, src)
     entries = int(js.meta["entries"])
     try:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline and proc.poll() is None:
+        while time.monotonic() < deadline and d.proc.poll() is None:
             if src is None:
-                done = caught_up.wait(0.5)
+                done = d.caught_up.wait(0.5)
             else:
-                m = _metrics(f"http://127.0.0.1:{port}")
+                m = _metrics(f"http://127.0.0.1:{d.port}")
                 done = m.get("crashdoc_journal_entries_read_total", 0) >= entries - 1
                 time.sleep(0 if done else 0.02)
             if done:
-                seconds = time.perf_counter() - started
-                cpu = cpu_seconds(proc.pid)
-                status = proc_status(proc.pid)
-                return {"seconds": seconds, "cpu": cpu, "hwm_kib": status.get("VmHWM", 0)}
-        raise RuntimeError(f"crashdoc run did not catch up: {''.join(said)[-2000:]}")
+                seconds = time.perf_counter() - began
+                status = proc_status(d.proc.pid)
+                return {"seconds": seconds, "cpu": cpu_seconds(d.proc.pid), "hwm_kib": status.get("VmHWM", 0)}
+        raise RuntimeError(f"crashdoc run did not catch up: {''.join(d.said)[-2000:]}")
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_daemon(d.proc)
 
 
 def run(

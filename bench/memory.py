@@ -11,16 +11,13 @@
 
 from __future__ import annotations
 
-import json
 import socket
-import subprocess
 import time
 import urllib.request
 from pathlib import Path
 
-from bench.common import CRASHDOC, PYTHON, ROOT, Results, bare_python_rss_kib, log, proc_status
+from bench.common import PYTHON, ROOT, Results, bare_python_rss_kib, log, proc_status
 from bench.journal_gen import JournalSet
-from bench.throughput import _env
 
 LIMIT_MB = 45  # VmRSS once caught up (issue 26)
 PEAK_LIMIT_MB = 50  # VmHWM while catching up, and during the flood (issue 26)
@@ -65,34 +62,15 @@ def warm_state_cache(cache: Path) -> None:
 def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, float]:
     """Run the daemon over the generated journal folder from its head; memory while it catches up (sampled
     every 0.1 s) and once it has (its "caught up with the journal" line, then a second of idling)."""
-    import threading
 
-    from bench.catchup import daemon_config, head_cursor
+    from bench.catchup import daemon_config, head_cursor, start_daemon, stop_daemon
 
     state = workdir / "follow-state"
-    state.mkdir(parents=True, exist_ok=True)
     warm_state_cache(state / "cache")
-    saved = {"version": 1, "cursor": head_cursor(js), "saved_at": time.time(), "data": {}}
-    (state / "state.json").write_text(json.dumps(saved))
-    config = daemon_config(workdir)
-    port = _port()
-    base = f"http://127.0.0.1:{port}"
-    argv = [*CRASHDOC, "run", "--config", str(config), "--directory", str(js.folder)]
-    argv += ["--state-directory", str(state), "--listen", f"127.0.0.1:{port}"]
+    d = start_daemon(js, state, daemon_config(workdir), head_cursor(js))
+    proc, said, caught_up = d.proc, d.said, d.caught_up
+    base = f"http://127.0.0.1:{d.port}"
     entries = int(js.meta["entries"])
-    # this tree's crashdoc (not whichever one the venv has installed), with compiled bytecode
-    proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True, cwd=ROOT, env=_env())
-    said: list[str] = []
-    caught_up = threading.Event()
-
-    def listen() -> None:
-        assert proc.stderr is not None
-        for text in proc.stderr:
-            said.append(text)
-            if "caught up with the journal" in text:
-                caught_up.set()
-
-    threading.Thread(target=listen, daemon=True).start()
     started = time.monotonic()
     peak = peak_anon = peak_file = 0
     try:
@@ -124,12 +102,7 @@ def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, f
             "crashes": sum(v for k, v in m.items() if k.startswith("crashdoc_crashes_total{")),
         }
     finally:
-        proc.terminate()
-        try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        stop_daemon(proc)
 
 
 def flood(rate: float = 10_000, seconds: float = 60.0) -> dict[str, object]:
