@@ -50,7 +50,8 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
     releases = host_releases(config, holder)
     engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of)
-    source = JournalSource(units, directory=config.journal_directory)
+    # read by the C batch reader, built into the state folder's cache on first use (systemd-python without it)
+    source = JournalSource(units, directory=config.journal_directory, build_dir=library_cache_dir(config))
     store = CursorStore(config.state_directory)
     watcher = UnitWatcher(units) if config.dbus else None
     health = Health()

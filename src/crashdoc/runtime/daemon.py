@@ -37,7 +37,6 @@ from crashdoc.runtime.remedies import RemedyWorker
 from crashdoc.runtime.saving import StateSaver
 from crashdoc.runtime.settings import settings_change
 from crashdoc.runtime.view import HttpView
-from crashdoc.sources.cursor import entries_between
 from crashdoc.sources.files import UnitFilesWatcher
 from crashdoc.sources.journal import JournalSource
 from crashdoc.sources.units import UnitWatcher
@@ -81,6 +80,7 @@ class Daemon:
     _behind: bool = False  # the last drain stopped for its time budget: more to read at once
     _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
     _lag_probe_at: float = 0.0
+    _caught_up: bool = False  # the journal was read to its end once since the start
     _saved_outbox: set[int] = field(default_factory=set)  # ids of the pending events a save already holds
     _waiting_since: dict[int, float] = field(default_factory=dict)  # pending events waiting for their fix
     _unready_since: dict[str, float] = field(default_factory=dict)  # loops whose fix is not applied yet
@@ -92,6 +92,8 @@ class Daemon:
         self.view.registry = make_registry(CrashdocCollector(self.engine.units, self.health, self.lock))
         self.health.started_at = time.time()
         self.health.signatures_loaded = len(self.holder.library)
+        if self.source.fast_reader:  # said once: the daemon reads as before, only slower
+            log(f"reading the journal with systemd-python, the C batch reader is not in use: {self.source.fast_reader}")
         saved = self.saver.store.load()
         if saved.warning:
             log(saved.warning)
@@ -113,7 +115,9 @@ class Daemon:
         if self.watcher is not None:
             if self.watcher.connect():
                 self.health.dbus_up = True
-                for unit in self.watcher.discover():
+                discovered = self.watcher.discover()
+                self.source.watch_units(discovered)
+                for unit in discovered:
                     self.engine.watch(unit)
                     if resumed:
                         self._stale.add(unit)  # D-Bus says "now": after the backlog since the cursor
@@ -226,9 +230,9 @@ class Daemon:
         """
         deadline = time.monotonic() + DRAIN_BUDGET
         while not self._stop:
-            before, entries, errors = self.source.cursor, self.source.stats.entries, self.source.stats.errors
+            errors = self.source.stats.errors
             events = self.source.read(BATCH)
-            self._account(before, entries, errors)
+            self._account(errors)
             if events:
                 self._feed(events)
                 self._busy_until = time.monotonic() + BUSY_PERIOD
@@ -240,6 +244,11 @@ class Daemon:
             self._update_journal_health()
             self._save(force=effects)  # right after effects: a kill now would redo as little as possible
             if self.source.at_end:
+                if not self._caught_up:
+                    self._caught_up = True
+                    if self.source.stats.entries:  # a backlog since the saved position: how long it took
+                        took = time.time() - self.health.started_at
+                        log(f"caught up with the journal: {self.source.stats.entries:,} entries read in {took:.1f} s")
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -302,6 +311,7 @@ class Daemon:
         if changed:
             # systemd tells D-Bus at once, journald wakes readers up to 250 ms later: read now (the drain
             # reads the changed units over D-Bus once caught up with the journal)
+            self.source.watch_units(changed)
             with self.lock:
                 for unit in changed:
                     self.engine.watch(unit)
@@ -469,12 +479,11 @@ class Daemon:
         self._unready_since, self._alerted = unready, shown
         return shown
 
-    def _account(self, before: str | None, entries: int, errors: int) -> None:
+    def _account(self, errors: int) -> None:
         """Say what one read skipped: entries gone before they could be read (their sequence numbers
         jump: rotated away and vacuumed, a file dropped), and entries that could not be read."""
         stats = self.source.stats
-        written = entries_between(before, self.source.cursor)
-        gone = 0 if written is None else written - (stats.entries - entries)
+        gone = self.source.take_gone()
         if gone > 0:
             self.health.journal_entries_skipped += gone
             log(f"{gone} journal entries were gone before they could be read (rotated away and vacuumed?)")
