@@ -232,9 +232,9 @@ def test_worker_urls_of_router_messages() -> None:
 
 
 def _daemon_engine() -> Engine:
-    from crashdoc.commands.pipeline import pasted_log_builder
+    from crashdoc.commands.pipeline import build_engine
 
-    return Engine(Matcher(load_library(builtin_signature_dirs()), load_shipped()), builder=pasted_log_builder())
+    return build_engine(Matcher(load_library(builtin_signature_dirs()), load_shipped()))
 
 
 def test_the_daemon_names_the_worker_unit_a_router_failure_points_at() -> None:

@@ -24,7 +24,8 @@ from crashdoc.assembly.traceback import Limits, TracebackAssembler
 from crashdoc.events import FlagChange, LogLine, Traceback
 from crashdoc.matching.library import LibraryError, Problem, load_file, load_library
 from crashdoc.remedy.commandline import find_invocation, is_flag, parse_text, scan_shell
-from crashdoc.remedy.fix import apply_changes, plan_fix
+from crashdoc.remedy.fix import plan_fix
+from crashdoc.remedy.rewrite import apply_changes
 from support.argv_model import expected_values
 
 UNIT = "sglang-prefill.service"

@@ -4,7 +4,8 @@ The DeepSeek V4 `--hicache-size` signature proposes `--hicache-ratio 2.0`; wheth
 the device KV pool SGLang logged in the same run, the rank count of the command, and the memory the
 unit may use (MemAvailable, or one NUMA node's memory when it is bound to it). These tests feed the
 engine the lines and records a crash loop leaves in the journal, with the unit's real launch script on
-disk and a fake /proc + /sys tree, and read the warning from the diagnosis, as a user would.
+disk and a fake /proc + /sys tree, pass its diagnosis through the remedy stage as `crashdoc run` and
+`diagnose` do, and read the warning from it, as a user would.
 """
 
 from __future__ import annotations
@@ -17,13 +18,25 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.diagnosis.engine import Engine
-from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
-from crashdoc.events import Diagnosis, Fix, FlagChange, Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
+from crashdoc.commands.pipeline import build_engine
+from crashdoc.diagnosis.engine import feed
+from crashdoc.events import (
+    Diagnosis,
+    Fix,
+    FixTarget,
+    FlagChange,
+    Lifecycle,
+    LifecycleRecord,
+    LogLine,
+    RootCause,
+    Thresholds,
+    UnitState,
+)
 from crashdoc.matching.library import builtin_signature_dirs, load_library
 from crashdoc.matching.matcher import Matcher
 from crashdoc.outputs.render import diagnosis_dict
-from crashdoc.remedy.fixes import unit_fix_synthesizer, unit_flags
+from crashdoc.remedy.launch import LaunchReader
+from crashdoc.remedy.stage import RemedyStage
 
 LIBRARY = load_library([builtin_signature_dirs()[0] / "sglang" / "hicache.yaml"])
 UNIT = "sglang-prefill.service"
@@ -108,9 +121,10 @@ class Loop:
     """Feeds the engine what journald and D-Bus report for a unit that crashes twice at start-up."""
 
     def __init__(self, root: Path, state: UnitState) -> None:
-        builder = DiagnosisBuilder(unit_fix_synthesizer(root=root), unit_flags)
-        self.engine = Engine(Matcher(LIBRARY), thresholds=Thresholds(recovery=10), builder=builder)
-        self.engine.on_unit_state(state)
+        self.engine = build_engine(Matcher(LIBRARY), thresholds=Thresholds(recovery=10))
+        self.launches = LaunchReader()
+        self.stage = RemedyStage(root=root)
+        feed(self.engine, self.launches.prepare([state]))
         self.t = 1_800_000_000.0
 
     def run(self, n: int, ranks: int, kv_gib: float | None) -> None:
@@ -138,7 +152,7 @@ class Loop:
         assert rec.crashloop, "two crashes at start-up should make a loop"
         d = rec.diagnosis
         assert d is not None and d.signature == SIGNATURE
-        return d
+        return self.stage.apply(d)
 
 
 def loop_diagnosis(
@@ -255,16 +269,16 @@ def test_ranks_come_from_the_flags_when_fewer_logged(tmp_path: Path) -> None:
 
 def test_a_fix_without_a_safety_check_has_no_such_warning(tmp_path: Path) -> None:
     """Only signatures that name the check run it: the builder passes `fix.safety` along, nothing else does."""
-    root = fake_host(tmp_path / "host", 480.0, TWO_NODES)
+    stage = RemedyStage(root=fake_host(tmp_path / "host", 480.0, TWO_NODES))
     changes = [FlagChange("replace", "--hicache-size", "2.0", "--hicache-ratio")]
-    ctx = UnitContext(UNIT, cmdline=(str(launch_script(tmp_path)),))
-    fix = Fix("replace --hicache-size", list(changes))
-    unit_fix_synthesizer(root=root)(ctx, changes, fix)
+    target = FixTarget(cmdline=(str(launch_script(tmp_path)),))
+    d = Diagnosis(UNIT, SIGNATURE, "t", "hicache", "critical", RootCause("", "", ""), [], Fix("x", changes), "fp")
+    fix = stage.apply(replace(d, target=target)).fix
     assert fix.command and "--hicache-ratio 2.0" in fix.command
     assert not any("fit" in w for w in fix.warnings), fix.warnings
-    fix = Fix("replace --hicache-size", list(changes))
-    unit_fix_synthesizer(root=root)(replace(ctx, safety="hicache-host-memory"), changes, fix)
+    fix = stage.apply(replace(d, target=replace(target, safety="hicache-host-memory"))).fix
     assert any("--hicache-ratio 2.0" in w and "could not check" in w for w in fix.warnings), fix.warnings
+    assert d.fix.command is None and d.fix.warnings == [], "the engine's diagnosis is left as it was"
 
 
 # --- on a real systemd -------------------------------------------------------------------------------

@@ -176,7 +176,7 @@ class TreeState:
 class HostReleases:
     """Which release each command line runs, and the derived library: the shipped one plus host trees'.
 
-    `release_of` is what the engine's builder calls when a run begins (files only, no process started);
+    `sglang_release` is what the launch reader calls before a run begins (files only, no process started);
     an unshipped release starts a derivation (in a thread when `background`), and `on_change` receives
     the merged library when it is ready. Problems are kept (bounded) for /healthz and logged once.
     """
@@ -221,7 +221,7 @@ class HostReleases:
         if log:
             self._log(message)
 
-    def release_of(self, cmdline: tuple[str, ...]) -> tuple[str, str] | None:
+    def sglang_release(self, cmdline: tuple[str, ...]) -> tuple[str, str] | None:
         """(release, where it was read) for a unit's command line, or None; starts deriving an unshipped tree."""
         try:
             install = unit_install(cmdline, self._read)

@@ -13,8 +13,7 @@ import time
 from datetime import datetime
 from pathlib import Path
 
-from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail, unit_builder
-from crashdoc.diagnosis.report import ReleaseReader
+from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail
 from crashdoc.errors import UserError
 from crashdoc.matching.derived import DerivedLibrary
 from crashdoc.matching.library import Library
@@ -56,7 +55,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        raise UserError("invalid configuration:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+        raise UserError(exc.said("invalid configuration")) from exc
     rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
     units = UnitFilter(rules)
     library = load_library_or_fail(args.signatures)
@@ -86,8 +85,11 @@ def main(args: argparse.Namespace) -> int:
     watcher = UnitWatcher(units) if live else None
     if watcher is not None and not watcher.connect():
         watcher = None
+    from crashdoc.remedy.launch import LaunchReader, ReleaseResolver
+    from crashdoc.remedy.stage import RemedyStage
+
     matcher = Matcher(library, derived)
-    release_of: ReleaseReader = _not_read  # copied journal files: this host's disk says nothing of theirs
+    resolver: ReleaseResolver | None = None  # copied journal files: this host's disk says nothing of theirs
     if release is None and live:  # each unit's own release; an unshipped one is derived from its installed source
         from crashdoc.authoring.hostrelease import HostReleases
 
@@ -97,22 +99,21 @@ def main(args: argparse.Namespace) -> int:
         def warn(message: str) -> None:
             print(f"crashdoc: {message}", file=sys.stderr)
 
-        release_of = HostReleases(derived, cache, on_change=use, log=warn).release_of
-    engine = build_engine(
-        matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder(release, release_of)
-    )
+        resolver = HostReleases(derived, cache, on_change=use, log=warn).sglang_release
+    launches = LaunchReader(sglang_release=resolver)  # each command's flags and release, read before the engine
+    engine = build_engine(matcher, thresholds=config.thresholds, role_of=units.role_of, release=release)
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
             engine.watch(unit)
             state = watcher.state(unit)
             if state is not None:
-                engine.on_unit_state(state)
+                feed(engine, launches.prepare([state]))
     progress = Progress(sys.stderr, None, None)  # on a terminal only, once the read takes over a second
     if progress.enabled:
         oldest = source.newest_timestamp(oldest=True)
         progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
     while True:
-        feed(engine, source.read(20_000))
+        feed(engine, launches.prepare(source.read(20_000)))
         progress.update(source.stats.entries, source.stats.last_timestamp or None)
         if source.at_end:
             break
@@ -121,7 +122,7 @@ def main(args: argparse.Namespace) -> int:
         for name in list(engine.units()):
             state = watcher.state(name)
             if state is not None:
-                engine.on_unit_state(state)
+                feed(engine, launches.prepare([state]))
     engine.finish()
     wanted = None
     if args.unit:
@@ -136,12 +137,10 @@ def main(args: argparse.Namespace) -> int:
         wanted = [u for u in engine.units()]
         if missing and not wanted:
             return 1
-    diagnoses = engine.diagnoses(wanted)
-    warnings = engine.warnings(wanted)
-    if not getattr(args, "no_verify", False):  # the unit's own SGLang checks each corrected command
-        from crashdoc.remedy.verify import verify_diagnoses
-
-        diagnoses = verify_diagnoses(diagnoses, engine.units())
+    # the fixes applied to the units' commands, and each corrected command checked by the unit's own SGLang
+    stage = RemedyStage()
+    diagnoses = stage.remedy_all(engine.diagnoses(wanted), check=not getattr(args, "no_verify", False))
+    warnings = stage.remedy_all(engine.warnings(wanted), check=False)
     if source.stats.errors:
         print(
             f"crashdoc: skipped {source.stats.errors} unreadable journal entries ({source.stats.last_error})",
@@ -189,10 +188,6 @@ def _diagnose_text_logs(
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
     print_explained(explain_texts(texts, library, release, derived), as_json=args.json)
     return 0
-
-
-def _not_read(cmdline: tuple[str, ...]) -> tuple[str, str] | None:
-    return None
 
 
 def _unit_name(name: str) -> str:

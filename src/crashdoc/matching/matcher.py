@@ -44,7 +44,7 @@ class Facts:
     disaggregation_mode: str = ""
     role: str = ""
     platform: str = ""
-    sglang_version: str = ""  # the SGLang release the unit runs, when known: derived matches prefer it
+    sglang_release: str = ""  # the SGLang release the unit runs, when known: derived matches prefer it
 
     def get(self, key: str) -> str:
         return str(getattr(self, key, "") or "")
@@ -242,7 +242,7 @@ class Matcher:
         """The derived signature for the exception finally raised (or one it was chained from)."""
         if self.derived is None:
             return None
-        release = facts.sglang_version if facts is not None and facts.sglang_version else None
+        release = facts.sglang_release if facts is not None and facts.sglang_release else None
         for exc in reversed(tb.chain):
             found = self.derived.match(exc.message, exc.type, release)
             if found is not None:

@@ -91,8 +91,8 @@ def alert_annotations(unit: str, d: Diagnosis, runbook_url: str) -> dict[str, st
     lines.extend(f"Warning: {w}" for w in d.fix.warnings)
     if d.exit:
         lines.append(f"Main process: {d.exit}")
-    if d.sglang_version:
-        lines.append(f"SGLang: {d.sglang_version}" + (f" ({d.version_note})" if d.version_note else ""))
+    if d.sglang_release:
+        lines.append(f"SGLang: {d.sglang_release}" + (f" ({d.version_note})" if d.version_note else ""))
     annotations = {
         "summary": f"{unit} is crash-looping: {d.title}",
         "description": _cut("\n".join(lines), MAX_DESCRIPTION),

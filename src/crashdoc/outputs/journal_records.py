@@ -13,7 +13,7 @@ import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from crashdoc.diagnosis.engine import EngineEvent
+from crashdoc.diagnosis.views import EngineEvent
 from crashdoc.redact import redact
 
 MESSAGE_ID_LOOP_STARTED = "e5f9680e52774903bd4465732f57a1a4"
@@ -83,8 +83,8 @@ class JournalRecorder:
                 fields["CRASHDOC_NRESTARTS"] = str(d.restarts)
             if d.fix.command:
                 fields["CRASHDOC_FIXED_COMMAND"] = d.fix.command
-            if d.sglang_version:
-                fields["CRASHDOC_SGLANG_VERSION"] = d.sglang_version
+            if d.sglang_release:
+                fields["CRASHDOC_SGLANG_VERSION"] = d.sglang_release
             if d.version_note:
                 fields["CRASHDOC_VERSION_NOTE"] = d.version_note
         fields["MESSAGE"] = _message(event)

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from crashdoc.assembly import memory_lines as memory
+from crashdoc.assembly.logline import split_prefix
 from crashdoc.events import FlagChange, LogLine
 from crashdoc.remedy.commandline import LaunchCommand, Where, parse_wrappers
 
@@ -34,32 +36,9 @@ PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")
 DP_FLAGS = ("--dp-size", "--dp", "--data-parallel-size")
 NNODES_FLAGS = ("--nnodes",)
 
-# SGLang 0.5.23's wording. Sizes in these lines are GiB (divided by 1024**3), whatever the "GB" says.
-_PREFIX = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?P<rank>(?: [A-Z]+\d+)*)\] ")
-# memory_pool.py _finalize_allocation_log; older releases print no dtype; a label ("SWA", "Full") may lead.
-_KV_ALLOCATED = re.compile(
-    r"KV Cache is allocated\. (?:dtype: \S+, )?#tokens: \d+, "  # a leading label needs no match: linear
-    r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
-)
-# model_runner_components/kv_pool_runtime.py: the pool after it is resized post CUDA-graph capture.
-_KV_POST_CAPTURE = re.compile(
-    r"Post-capture KV sizing: (?:draft )?KV cache allocated\. dtype: \S+, #tokens: \d+, KV size: (?P<kv>[\d.]+) GB"
-)
-_SWA_POOL = re.compile(r"SWAKVPool mem usage: (?P<kv>[\d.]+) GB")
-# model_runner.py / kv_cache_configurator.py: free GPU memory before and after the pools (DeepSeek V4's pool
-# logs no size of its own).
-_WEIGHT_END = re.compile(r"Load weight end\..*?avail mem=(?P<avail>[\d.]+) GB")
-_POOL_END = re.compile(r"Memory pool end\. avail mem=(?P<avail>[\d.]+) GB")
+# SGLang's memory lines (their patterns: assembly.memory_lines); DeepSeek V4's pool logs no size of its own,
+# so the free GPU memory after the weights and after the pools stands in for it.
 _LAUNCH = re.compile(r"server_args=ServerArgs\(|server_args=\{")
-# pool_host/base.py and memory_pool_host.py: what HiCache itself allocated or refused (sizes in 1e9 bytes).
-_HOST_ALLOCATED = re.compile(
-    r"Allocating \S+ hierarchical KV host pool: \d+ tokens, (?P<gb>[\d.]+) GB host memory"
-    r"|Allocating (?P<gb4>[\d.]+) GB host memory for V4 (?:paged|state) pool"
-)
-_HOST_REFUSED = re.compile(
-    r"Not enough host memory (?:available|for V4 \w+ pool \S+)\. Requesting (?P<req>[\d.]+) GB "
-    r"but only have (?P<have>[\d.]+) GB free"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,26 +93,24 @@ def _pool_of_run(run: Sequence[str]) -> KvPool | None:
     host: dict[str, float] = {}
     evidence: dict[str, str] = {}
     for text in run:
-        m = _PREFIX.match(text)
-        rank = m["rank"].strip() if m else ""
-        body = text[m.end() :] if m else text
+        _, rank, body = split_prefix(text)
         if "KV" in body or "kv" in body:
-            if k := _KV_ALLOCATED.search(body):
-                size = float(k["kv"]) if k["kv"] else float(k["k"]) + float(k["v"])
-                allocated[rank] = allocated.get(rank, 0.0) + size
+            if kv := memory.kv_allocated(body):
+                allocated[rank] = allocated.get(rank, 0.0) + kv[1]
                 evidence.setdefault("allocated", text)
-            elif k := _KV_POST_CAPTURE.search(body):
+            elif k := memory.KV_POST_CAPTURE.search(body):
                 post[rank] = post.get(rank, 0.0) + float(k["kv"])
                 evidence.setdefault("post", text)
-            elif k := _SWA_POOL.search(body):
+            elif k := memory.SWA_POOL.search(body):
                 swa[rank] = float(k["kv"])
                 evidence.setdefault("swa", text)
-        if w := _WEIGHT_END.search(body):
-            weight_end[rank] = float(w["avail"])
-        elif p := _POOL_END.search(body):
-            pool_end[rank] = float(p["avail"])
+        avail = memory.avail_mem(body)
+        if avail is not None and memory.LOAD_END in body:
+            weight_end[rank] = avail
+        elif avail is not None and memory.POOL_END in body:
+            pool_end[rank] = avail
             evidence.setdefault("estimate", text)
-        elif h := _HOST_ALLOCATED.search(body):
+        elif h := memory.HOST_ALLOCATED.search(body):
             host[rank] = host.get(rank, 0.0) + float(h["gb"] or h["gb4"])
     host_bytes = int(max(host.values(), default=0.0) * 1e9)
     for table, key in ((post, "post"), (allocated, "allocated"), (swa, "swa")):
@@ -149,7 +126,7 @@ def host_memory_refusal(lines: Iterable[str | LogLine]) -> tuple[int, int] | Non
     """(requested, free) bytes from SGLang's own "Not enough host memory" error, if it raised one."""
     found = None
     for line in lines:
-        if m := _HOST_REFUSED.search(_text(line)):
+        if m := memory.HOST_REFUSED.search(_text(line)):
             found = (int(float(m["req"]) * 1e9), int(float(m["have"]) * 1e9))
     return found
 
