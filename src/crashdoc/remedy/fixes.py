@@ -17,7 +17,7 @@ from crashdoc.events import Fix, FlagChange, UnitState
 from crashdoc.redact import redact
 from crashdoc.remedy.commandline import Reader, find_invocation, read_text_file
 from crashdoc.remedy.fix import synthesize_fix
-from crashdoc.remedy.safety import safety_warnings
+from crashdoc.remedy.safety import SafeFix, safe_fix
 
 
 def unit_flags(cmdline: tuple[str, ...], read: Reader = read_text_file) -> dict[str, str]:
@@ -32,8 +32,11 @@ def unit_fix_synthesizer(read: Reader = read_text_file, root: Path = Path("/")) 
     """`root` is where /proc and /sys are read for safety checks (a fake tree in tests)."""
 
     def synthesize(ctx: UnitContext, changes: list[FlagChange], fix: Fix) -> None:
-        if ctx.safety:
-            fix.warnings.extend(fix_safety(ctx, changes, read=read, root=root))
+        if ctx.safety:  # one truth: the changes, summary and command carry a value the check accepts
+            checked = fix_safety(ctx, changes, fix.summary, read=read, root=root)
+            changes = fix.changes = list(checked.changes)
+            fix.summary = checked.summary or fix.summary
+            fix.warnings.extend([redact(" ".join(checked.sentences))] if checked.sentences else [])
         if not ctx.cmdline:
             fix.warnings.append("the unit's command line is unknown here (no D-Bus); apply the change by hand")
             return
@@ -52,23 +55,30 @@ def unit_fix_synthesizer(read: Reader = read_text_file, root: Path = Path("/")) 
 
 
 def fix_safety(
-    ctx: UnitContext, changes: Sequence[FlagChange], *, read: Reader = read_text_file, root: Path = Path("/")
-) -> list[str]:
-    """The signature's safety check as one warning: the pool size from this run's start-up lines, the ranks
-    and any numactl from the unit's command, the NUMA settings systemd reported, the memory from `root`."""
+    ctx: UnitContext,
+    changes: Sequence[FlagChange],
+    summary: str,
+    *,
+    read: Reader = read_text_file,
+    root: Path = Path("/"),
+) -> SafeFix:
+    """The signature's safety check on the fix: the pool size from this run's start-up lines, the ranks and any
+    numactl from the unit's command, the NUMA settings systemd reported, the memory from `root`, and what the
+    unit's SGLang release does itself (auto-sizing)."""
     inv = find_invocation(ctx.cmdline, read).invocation if ctx.cmdline else None
     state = ctx.state
-    sentences = safety_warnings(
+    return safe_fix(
         ctx.safety,
-        ratio=_ratio_set_by(changes),
+        changes,
+        summary,
         lines=kv_cache_lines(ctx.invocation),
         inv=inv,
+        release=ctx.sglang_version,
         numa_policy=state.numa_policy if state is not None else "",
         numa_mask=state.numa_mask if state is not None else "",
         cpu_affinity=state.cpu_affinity if state is not None else "",
         root=root,
     )
-    return [redact(" ".join(sentences))] if sentences else []
 
 
 def kv_cache_lines(run: Run | None) -> list[str]:
@@ -78,18 +88,6 @@ def kv_cache_lines(run: Run | None) -> list[str]:
     if run is None:
         return []
     return [f"[1970-01-01 00:00:00 PID{m.pid}] {m.text}" for m in run.markers if m.kind == "kv-cache"]
-
-
-def _ratio_set_by(changes: Sequence[FlagChange]) -> float | None:
-    """The --hicache-ratio the fix sets; None when it sets none (the command's, or SGLang's default, holds)."""
-    for change in reversed(changes):
-        target = change.new_flag if change.action == "replace" and change.new_flag else change.flag
-        if target == "--hicache-ratio" and change.action != "remove" and change.value:
-            try:
-                return float(change.value)
-            except ValueError:
-                return None
-    return None
 
 
 def unit_files(state: UnitState, read: Reader = read_text_file) -> list[str]:
