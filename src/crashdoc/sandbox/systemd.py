@@ -792,10 +792,11 @@ def _write_unit(unit_dir: Path, name: str, text: str) -> Path:
 
 
 def default_visible_paths() -> list[Path]:
-    """What a unit or the daemon inside runs from: this Python (its prefix, its interpreter), the folder
-    that holds the ``crashdoc`` package and, for a source checkout (``src/`` layout), the checkout."""
+    """What a unit or the daemon inside runs from: this Python (its prefix, its interpreter, the folders on its
+    import path), the folder that holds the ``crashdoc`` package and, for a source checkout (``src/`` layout),
+    the checkout."""
     package_root = Path(__file__).resolve().parents[2]
-    paths = [Path(sys.prefix), Path(sys.executable), package_root]
+    paths = [Path(sys.prefix), Path(sys.executable), package_root, *(Path(p) for p in sys.path if p)]
     if (package_root.parent / "pyproject.toml").is_file():
         paths.append(package_root.parent)
     return paths
