@@ -36,6 +36,7 @@ $(VENV)/.installed-run: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
 	@touch $@
+	@echo "crashdoc is installed: $(BIN)/crashdoc (. $(BIN)/activate puts it on PATH)"
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	@./scripts/install-debs.sh $(TEST_DEBS)

@@ -21,6 +21,7 @@ import pytest
 from hypothesis import settings
 
 from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir, unavailable_reason
+from support.e2e import PATIENCE
 from support.golden import Golden
 from support.sandboxes import SandboxFactory
 
@@ -65,8 +66,9 @@ def sandbox_workdir() -> Iterator[Path]:
 
 @pytest.fixture
 def sandbox_factory() -> Iterator[SandboxFactory]:
-    """``make(units, workdir=None, start_units=None, timeout=30)`` boots a private systemd; every
-    sandbox made through it is stopped when the test ends, whatever happened."""
+    """``make(units, workdir=None, start_units=None, timeout=30, visible=())`` boots a private systemd; every
+    sandbox made through it is stopped when the test ends, whatever happened. The boot's bound is scaled by
+    CRASHDOC_TEST_PATIENCE like every wait (a loaded host boots slowly)."""
     booted: list[PrivateSystemd] = []
 
     def make(
@@ -75,10 +77,11 @@ def sandbox_factory() -> Iterator[SandboxFactory]:
         workdir: Path | None = None,
         start_units: Sequence[str] | None = None,
         timeout: float = 30.0,
+        visible: Sequence[Path] = (),
     ) -> PrivateSystemd:
-        sandbox = PrivateSystemd(units, workdir, start_units=start_units)
+        sandbox = PrivateSystemd(units, workdir, start_units=start_units, visible=visible)
         booted.append(sandbox)
-        return sandbox.start(timeout=timeout)
+        return sandbox.start(timeout=timeout * PATIENCE)
 
     try:
         yield make

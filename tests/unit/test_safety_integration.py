@@ -217,7 +217,10 @@ def test_numactl_membind_checks_the_nodes_memory_and_proposes_a_ratio(tmp_path: 
     ratio = proposed_ratio(w)
     budget = (node0 - 10) * 0.9  # SGLang's 10 GiB reserve, crashdoc's 10 % headroom
     assert ratio * 160 <= budget < (ratio + 0.1) * 160
-    assert ratio == 1.2 and "1.2 x 40.0 GiB x 4 = 192.0 GiB of the 230.0 GiB usable in NUMA node 0" in w
+    assert (
+        ratio == 1.2
+        and "1.2 x 40.0 GiB x 4 = 192.0 GiB, within the 230.0 GiB left on NUMA node 0 after the reserve" in w
+    )
     # one truth: the fix carries the ratio the check accepts, everywhere; nothing leaks the key
     assert_one_value_everywhere(d, "1.2")
     assert API_KEY not in str(diagnosis_dict(d))

@@ -618,8 +618,8 @@ def hicache_fix(
         chosen = (
             f"The corrected command uses --hicache-ratio {value}, the largest that fits keeping SGLang's "
             f"{_gib(SGLANG_HOST_RESERVE)} reserve and {DEFAULT_HEADROOM:.0%} headroom: {value} x "
-            f"{_gib(pool.bytes_per_rank)} x {ranks} = {_gib(max_ratio * pool.bytes_per_rank * ranks)} of the "
-            f"{_gib(usable)} usable in {memory.scope}."
+            f"{_gib(pool.bytes_per_rank)} x {ranks} = {_gib(max_ratio * pool.bytes_per_rank * ranks)}, within the "
+            f"{_gib(usable)} left on {memory.scope} after the reserve."
         )
         off = ["An explicit ratio turns SGLang's auto-sizing off."] if auto else []
         return SafeFix(tuple(changes), (*intro, *verdict, chosen, *off, *rest, *notes), summary)

@@ -88,7 +88,7 @@ import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -936,23 +936,40 @@ def _remove_cgroups(cgroups: Iterable[Path], deadline: float) -> None:
 
 def _sweep_stale() -> None:
     """Remove sandbox cgroups and auto work folders whose launching process is gone (a killed test run)."""
+    for pid, path, is_cgroup in list(_traces()):
+        if _alive(pid):
+            continue
+        if is_cgroup:
+            _remove_cgroups([path], deadline=0)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def traces_of(pid: int) -> list[Path]:
+    """The cgroups and auto work folders of sandboxes that process `pid` launched and that still exist: none
+    once they are stopped (what a test of a clean stop looks for)."""
+    return [path for owner, path, _ in _traces() if owner == pid]
+
+
+def _traces() -> Iterator[tuple[int, Path, bool]]:
+    """(launching PID, path, is a cgroup) of every sandbox cgroup and auto work folder on this host."""
+    pattern = re.compile(re.escape(CGROUP_PREFIX) + r"(\d+)-")
     try:
         _, v1, v2 = _host_cgroups()
     except (SandboxError, OSError):
-        return
-    pattern = re.compile(re.escape(CGROUP_PREFIX) + r"(\d+)-")
+        v1, v2 = {}, None
     for mountpoint, own in [*v1.values(), *([v2] if v2 else [])]:
         parent = mountpoint / own.lstrip("/")
         with contextlib.suppress(OSError):
-            for entry in parent.iterdir():
+            for entry in list(parent.iterdir()):
                 m = pattern.match(entry.name)
-                if m and entry.is_dir() and not _alive(int(m.group(1))):
-                    _remove_cgroups([entry], deadline=0)
+                if m and entry.is_dir():
+                    yield int(m.group(1)), entry, True
     with contextlib.suppress(OSError):
-        for entry in WORKDIR_PARENT.iterdir():
+        for entry in list(WORKDIR_PARENT.iterdir()):
             m = pattern.match(entry.name)
-            if m and (entry / _MARKER).is_file() and not _alive(int(m.group(1))):
-                shutil.rmtree(entry, ignore_errors=True)
+            if m and (entry / _MARKER).is_file():
+                yield int(m.group(1)), entry, False
 
 
 def _children_of(pid: int) -> list[int]:
