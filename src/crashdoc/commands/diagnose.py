@@ -126,8 +126,10 @@ def main(args: argparse.Namespace) -> int:
     engine = build_engine(
         matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder(release, release_of)
     )
+    discovered = 0  # units systemd knows (D-Bus): their state is something read, even without journal entries
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
+            discovered += 1
             engine.watch(unit)
             state = watcher.state(unit)
             if state is not None:
@@ -154,7 +156,10 @@ def main(args: argparse.Namespace) -> int:
             problems.append(f"skipped {path}: truncated or corrupt, {entries} could not be read")
     wanted = None
     missing: list[str] = []
-    blocked = _unreadable_source(args, files, live) if source.stats.entries == 0 else None
+    # nothing of the watched units (their lines, PID 1's records about them) came out of the journal
+    empty = source.stats.lines + source.stats.lifecycle == 0
+    blocked = _unreadable_source(args, files, live) if empty else None
+    nothing = (empty and not discovered) or blocked is not None
     if blocked is not None:  # no journal files at all, or none this user may read
         problems.append(blocked)
     elif args.unit:
@@ -164,12 +169,13 @@ def main(args: argparse.Namespace) -> int:
         after = f" (since {args.since})" if args.since else ""
         problems += [f"{unit}: no such unit {where}{after}" for unit in missing]
         wanted = list(engine.units())
-    if source.stats.entries == 0 and blocked is None and not missing:
+    nothing = nothing or bool(args.unit and not wanted)
+    if nothing and blocked is None and not missing:
         names = ", ".join(r.pattern for r in rules)
         when = f" since {datetime.fromtimestamp(start).isoformat(sep=' ', timespec='seconds')}" if start else ""
         where = " in these journal files" if files else f" in {args.directory}" if args.directory else ""
         problems.append(f"no entries of {names}{when}{where}")
-    if source.stats.entries == 0 or (args.unit and not wanted):
+    if nothing:
         return _nothing_read(problems, args.json)
     diagnoses = engine.diagnoses(wanted)
     warnings = engine.warnings(wanted)
