@@ -17,6 +17,7 @@ import pytest
 from crashdoc.sandbox.demo import DECODE_UNIT, DEMO_API_KEY, PREFILL_UNIT, demo_units
 from support.e2e import (
     CRASHDOC,
+    PATIENCE,
     PROCESS_EXITED,
     RESTART_SCHEDULED,
     checked_hicache_ratio,
@@ -56,7 +57,8 @@ def test_hicache_crash_loop_is_diagnosed_fixed_and_recovers(sandbox_factory, san
         assert len(exits) >= 2, exits
         second_crash = int(exits[1]["__REALTIME_TIMESTAMP"]) / 1e6
         delay = looping_at - second_crash
-        assert delay <= 2.0, f"crash loop shown {delay:.2f} s after the 2nd crash"
+        # about 50 ms on an idle host (bench/latency.py); a loaded one (CRASHDOC_TEST_PATIENCE) may take longer
+        assert delay <= 2.0 * PATIENCE, f"crash loop shown {delay:.2f} s after the 2nd crash"
 
         metrics = cd.metrics()
         info = [k for k in metrics if k[0] == "crashdoc_diagnosis_info" and ("unit", PREFILL_UNIT) in k[1]]
