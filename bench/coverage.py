@@ -1,19 +1,28 @@
 """How many of each release's flag-naming checks crashdoc answers usefully (`python -m bench.coverage`).
 
 For every release in signatures/derived-releases.txt whose wheel is in the cache folder, every
-mined raise/assert whose message names a `--flag` is rebuilt as the two tracebacks a unit logs
-(the launcher's own, and a scheduler rank's "Scheduler hit an exception:" one, the way
-`signatures mine` builds its examples) and diagnosed by `explain`'s pipeline with the shipped
-library (reviewed signatures, then the derived ones). A message counts as answered when the
-diagnosis names a signature that answers at most SPECIFIC distinct messages of the release,
-names one of the message's flags (or SGLANG_ variables) and proposes a change to one of them.
+mined raise/assert whose message names a `--flag` is given to `explain`'s pipeline (the shipped library:
+reviewed signatures, then the derived ones) in each shape it reaches an operator in (SHAPES):
+
+- the launcher's traceback, and a scheduler rank's ("Scheduler hit an exception:"), the way
+  `signatures mine` builds its examples;
+- the rank's traceback with the log prefix repeated on every line (a log shipper, a paste);
+- the exception line alone (`ValueError: <message>`), and the message alone, with no type and no
+  traceback (a lone line: what the scheduler logs before it raises, what a ticket quotes).
+
+A shape is answered when the diagnosis (or, for an error SGLang answers per request, the warning)
+names a signature that answers at most SPECIFIC distinct messages of the release, names one of the
+message's flags (or SGLANG_ variables) and proposes a change to one of them; a message is answered when
+every shape is. The issue that asked for this measured messages, not rebuilt tracebacks (0.4.10 24/28,
+0.5.1 28/31, 0.5.23 743/792): its 792 are the raises of `srt/` that name a flag or an environment
+variable (reference/sglang-0.5.23-errors.md), reported here too ("srt raises").
 
 A message's flags are the `--flags` and SGLANG_ variables it writes, plus the ServerArgs fields it
 writes snake_case (`Consider reducing tensor_parallel_size` names `--tp-size`): a word with an
 underscore whose dashed form is a flag that release registers (a `"--x"` literal or a field of its
 server_args.py and srt/arg_groups/) or an alias crashdoc knows, under its canonical name.
 
-    PYTHONPATH=src python -m bench.coverage [--wheels DIR] [--out FILE] [VERSION ...]
+    PYTHONPATH=src python -m bench.coverage [--wheels DIR] [--out FILE] [--misses] [VERSION ...]
 """
 
 from __future__ import annotations
@@ -24,10 +33,12 @@ import sys
 import time
 import zipfile
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
+    from crashdoc.authoring.mine.candidates import Candidate
     from crashdoc.matching.library import Library
     from crashdoc.matching.matcher import Matcher
 
@@ -68,57 +79,91 @@ def rank_traceback(launcher: str) -> str:
     return "[2026-05-01 12:00:03 TP0] Scheduler hit an exception: " + launcher
 
 
+def prefixed_every_line(text: str) -> str:
+    """The rank's traceback with the log prefix on every line (a log shipper's or a paste's shape)."""
+    return "".join(
+        (line if line.startswith("[") else f"[2026-05-01 12:00:03 TP0] {line}") + "\n" for line in text.splitlines()
+    )
+
+
+SHAPES: tuple[tuple[str, Callable[[Candidate], str]], ...] = (
+    ("launcher", lambda c: c.traceback),
+    ("rank", lambda c: rank_traceback(c.traceback)),
+    ("prefixed", lambda c: prefixed_every_line(rank_traceback(c.traceback))),
+    ("typed line", lambda c: f"{c.statement.printed_type}: {c.message}\n"),
+    ("lone line", lambda c: c.message + "\n"),
+)
+
+
+def _answer(text: str, wanted: set[str], library: Library, matcher: Matcher) -> tuple[bool, str | None, bool, bool]:
+    """(derived, signature, names one of `wanted`, changes one of them) for one shape of a message."""
+    from crashdoc.commands.pipeline import explain_text_with_warnings
+    from crashdoc.matching.flagnames import canonical
+
+    diagnoses, warnings = explain_text_with_warnings(text, library, matcher)
+    d = diagnoses[0] if diagnoses else (warnings[0] if warnings else None)
+    if d is None or d.signature is None:
+        return False, None, False, False
+    named = bool(wanted & {canonical(f) for f in d.flags})
+    changed = any(canonical(ch.flag) in wanted or (ch.new_flag or "") in wanted for ch in d.fix.changes)
+    return d.derived, d.signature, named, changed
+
+
 def release_row(version: str, wheel: Path, library: Library, matcher: Matcher) -> dict[str, object]:
     from crashdoc.authoring.mine import locate, make_candidate, mine_tree
-    from crashdoc.commands.pipeline import explain_text
     from crashdoc.matching.flagnames import canonical
 
     statements = [s for r in mine_tree(locate(str(wheel)), workers=1) for s in r.statements]
     taken: set[str] = set()
-    candidates = [make_candidate(s, taken) for s in statements]
-    candidates = [c for c in candidates if any(f.startswith("--") for f in c.flags) and not c.problem]
+    every = [c for c in (make_candidate(s, taken) for s in statements) if c.flags and not c.problem]
+    candidates = [c for c in every if any(f.startswith("--") for f in c.flags)]
+    # the issue's count: raises of srt/ that name a flag or an environment variable
+    srt_raises = [c for c in every if c.statement.kind == "raise" and c.statement.path.startswith("srt/")]
     registered = registered_flags(wheel)
-    answers: list[tuple[str, bool, str | None, bool, bool, bool]] = []  # message, derived, sig, named, changed
-    for c in candidates:
+    answers: dict[tuple[str, str], tuple[bool, str | None, bool, bool]] = {}  # (candidate id, shape) -> answer
+    for c in {c.id: c for c in [*candidates, *srt_raises]}.values():
         # its --flags and the SGLANG_ variables it names, and the ServerArgs fields it writes snake_case
         wanted = {canonical(f) for f in c.flags} | snake_flags(c.message, registered)
-        for text in (c.traceback, rank_traceback(c.traceback)):
-            found = explain_text(text, library, matcher)
-            d = found[0] if found else None
-            if d is None or d.signature is None:
-                answers.append((c.message, False, None, False, False, False))
-                continue
-            named = bool(wanted & {canonical(f) for f in d.flags})
-            changed = any(canonical(ch.flag) in wanted or (ch.new_flag or "") in wanted for ch in d.fix.changes)
-            answers.append((c.message, d.derived, d.signature, named, changed, True))
+        for shape, build in SHAPES:
+            answers[(c.id, shape)] = _answer(build(c), wanted, library, matcher)
+    message_of = {c.id: c.message for c in [*candidates, *srt_raises]}
     per_signature: dict[str, set[str]] = {}
-    for message, _, sig, *_ in answers:
+    for (cid, _), (_, sig, _, _) in answers.items():
         if sig is not None:
-            per_signature.setdefault(sig, set()).add(message)
-    strict = [
-        sig is not None and len(per_signature[sig]) <= SPECIFIC and named and changed
-        for _, _, sig, named, changed, _ in answers
-    ]
-    good = sum(strict)
-    # a reviewed signature's answer that changes another lever (the file of `--ssl-keyfile`, `--tp-size`
-    # for a Marlin shape): right by review, but not counted as answered above
-    reviewed_other = sum(
-        1 for ok, (_, derived, sig, *_) in zip(strict, answers, strict=True) if not ok and sig and not derived
-    )
-    kinds = Counter(
-        "unknown" if sig is None else "derived" if derived else "curated" for _, derived, sig, *_ in answers
+            per_signature.setdefault(sig, set()).add(message_of[cid])
+
+    def ok(cid: str, shape: str) -> bool:
+        _, sig, named, changed = answers[(cid, shape)]
+        return sig is not None and len(per_signature[sig]) <= SPECIFIC and named and changed
+
+    def answered(c: Candidate) -> bool:
+        return all(ok(c.id, shape) for shape, _ in SHAPES)
+
+    good = sum(answered(c) for c in candidates)
+    by_shape = {shape: sum(ok(c.id, shape) for c in candidates) for shape, _ in SHAPES}
+    srt_good = sum(answered(c) for c in srt_raises)
+    ids = {c.id for c in candidates}
+    kinds = Counter(  # over the answers of every shape
+        "unknown" if sig is None else "derived" if derived else "curated"
+        for (cid, _), (derived, sig, _, _) in answers.items()
+        if cid in ids
     )
     misses = sorted(
-        {(sig or "unknown", message[:150]) for ok, (message, _, sig, *_) in zip(strict, answers, strict=True) if not ok}
+        {
+            (shape, answers[(c.id, shape)][1] or "unknown", c.message[:150])
+            for c in candidates
+            for shape, _ in SHAPES
+            if not ok(c.id, shape)
+        }
     )
     return {
         "misses": misses,
         "release": version,
         "messages": len(candidates),
-        "tracebacks": len(answers),
         "answered": good,
-        "share": good / len(answers) if answers else 1.0,
-        "reviewed_other": reviewed_other,
+        "share": good / len(candidates) if candidates else 1.0,
+        "by_shape": by_shape,
+        "srt": (srt_good, len(srt_raises)),
         "curated": kinds["curated"],
         "derived": kinds["derived"],
         "unknown": kinds["unknown"],
@@ -142,9 +187,10 @@ def main(argv: list[str] | None = None) -> int:
     library = load_library_or_fail(None)
     matcher = Matcher(library, load_shipped())
     lines = [
-        "| release | flag-naming messages | tracebacks | answered (specific, names and changes a flag) | share | "
-        "reviewed, other lever | curated | derived | unknown |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| release | flag-naming messages | answered in every shape | share | "
+        + " | ".join(shape for shape, _ in SHAPES)
+        + " | srt raises naming a flag or variable | curated | derived | unknown |",
+        "|---|---|---|---|" + "---|" * len(SHAPES) + "---|---|---|---|",
     ]
     short = []
     started = time.monotonic()
@@ -157,14 +203,18 @@ def main(argv: list[str] | None = None) -> int:
         share = float(row["share"])  # type: ignore[arg-type]
         if share < TARGET:
             short.append(version)
+        by_shape = row["by_shape"]
+        srt_good, srt_all = row["srt"]  # type: ignore[misc]
+        srt_share = 100 * srt_good / srt_all if srt_all else 100.0
         lines.append(
-            f"| {version} | {row['messages']} | {row['tracebacks']} | {row['answered']} | {100 * share:.1f} % | "
-            f"{row['reviewed_other']} | {row['curated']} | {row['derived']} | {row['unknown']} |"
+            f"| {version} | {row['messages']} | {row['answered']} | {100 * share:.1f} % | "
+            + " | ".join(str(by_shape[shape]) for shape, _ in SHAPES)  # type: ignore[index]
+            + f" | {srt_good}/{srt_all} ({srt_share:.1f} %) | {row['curated']} | {row['derived']} | {row['unknown']} |"
         )
         print(lines[-1], flush=True)
         if a.misses:
-            for sig, message in row["misses"]:  # type: ignore[attr-defined]
-                print(f"    {sig}: {message!r}", flush=True)
+            for shape, sig, message in row["misses"]:  # type: ignore[attr-defined]
+                print(f"    {shape}: {sig}: {message!r}", flush=True)
     target = f"{100 * TARGET:.0f} %"
     verdict = f"all releases >= {target}"
     if short:

@@ -27,7 +27,8 @@ CATEGORIES: tuple[str, ...] = (
     "other",
 )
 # The second axis of a diagnosis: what kind of failure it is, whatever the subsystem (`category`) says.
-KINDS: tuple[str, ...] = ("config", "resource", "environment", "bug", "hardware-network")
+BAD_REQUEST = "bad request"  # one request failed and got an error answer; the server went on
+KINDS: tuple[str, ...] = ("config", "resource", "environment", "bug", "hardware-network", BAD_REQUEST)
 SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
 ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
@@ -115,6 +116,26 @@ class UnitState:
     loaded: bool = True
     active_enter_timestamp: float = 0.0  # when the current run became active (0: unknown)
     timestamp: float = 0.0
+
+
+@dataclass(slots=True, frozen=True)
+class GpuEvent:
+    """A GPU fault the NVIDIA driver wrote to the kernel log (an Xid, an NVSwitch SXid, a GPU that fell off the
+    bus, ...). Read only from kernel lines (`_TRANSPORT=kernel`, or a paste's dmesg and `kernel:` lines): a unit
+    that prints "NVRM: Xid" on its own stdout has written no kernel line."""
+
+    kind: str  # xid | sxid | fallen-off-bus | reset-required | init-failed | ecc | driver-loaded
+    timestamp: float = 0.0  # seconds since the epoch; 0.0 when the line only said the time since boot
+    bus_id: str = ""  # the device's PCI address as "0000:c1:00.0" ("" when the line names none)
+    code: int | None = None  # the Xid or SXid number
+    pid: int | None = None  # the process the driver named (`pid=`); None when it named none or '<unknown>'
+    process: str = ""  # that process's name (`name=`)
+    detail: str = ""  # the driver's words after the code
+    severity: str = ""  # the line's own word where it has one: "fatal" or "non-fatal" (SXid, Xid 144-150)
+    recovery: str = ""  # Xid 154: the recovery action the driver now asks for, as it says it
+    uuid: str = ""  # the GPU's UUID when the driver named it ("NVRM: GPU at PCI:...: GPU-...")
+    uptime: float | None = None  # dmesg's seconds since boot, when the line carried them
+    text: str = ""  # the kernel line as logged (bounded)
 
 
 # --- assembly --------------------------------------------------------------------------

@@ -55,11 +55,17 @@ def export_entry(fields: Mapping[str, str | bytes], usec: int) -> bytes:
     return b"".join(out) + b"\n"
 
 
+AT = "__REALTIME_TIMESTAMP"  # an entry holding it is written at that time (microseconds since the epoch)
+
+
 def write_journal(folder: Path, entries: list[Mapping[str, str | bytes]]) -> Path:
-    """A real journal file holding `entries` in order, one microsecond apart."""
+    """A real journal file holding `entries` in order, a millisecond apart unless an entry says its time (AT)."""
     assert JOURNAL_REMOTE is not None
     path = folder / "crafted.journal"
-    stream = b"".join(export_entry(e, 1_800_000_000_000_000 + i * 1000) for i, e in enumerate(entries))
+    stream = b"".join(
+        export_entry({k: v for k, v in e.items() if k != AT}, int(e.get(AT, 1_800_000_000_000_000 + i * 1000)))
+        for i, e in enumerate(entries)
+    )
     subprocess.run(
         [JOURNAL_REMOTE, "--split-mode=none", f"--output={path}", "-"],
         input=stream,

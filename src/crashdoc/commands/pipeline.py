@@ -88,9 +88,10 @@ def build_engine(
     builder: DiagnosisBuilder,
     thresholds: Thresholds | None = None,
     role_of: Callable[[str], str | None] | None = None,
+    lone_lines: bool = False,
 ) -> Engine:
     if role_of is None:
-        return Engine(matcher, thresholds=thresholds, builder=builder)
+        return Engine(matcher, thresholds=thresholds, builder=builder, lone_lines=lone_lines)
     return Engine(matcher, thresholds=thresholds, role_of=role_of, builder=builder)
 
 
@@ -130,11 +131,20 @@ def explain_text_with_warnings(
     """Diagnose one pasted log: (failures, tracebacks the server survived)."""
     from crashdoc.sources.textlog import parse_text
 
-    engine = build_engine(matcher or Matcher(library, load_shipped()), builder=pasted_log_builder(release))
-    parsed = parse_text(text)
+    engine = build_engine(
+        matcher or Matcher(library, load_shipped()), builder=pasted_log_builder(release), lone_lines=True
+    )
+    gpu = None
+    if "NVRM" in text or "SXid" in text:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
+        from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste
+
+        gpu = read_paste(text)
+    parsed = parse_text(gpu.rest if gpu is not None else text)
     feed(engine, parsed.events)
     engine.finish()
     diagnoses, warnings = engine.diagnoses(), engine.warnings()
+    if gpu is not None:  # hardware or configuration: the kernel's GPU faults against each crash
+        diagnoses = apply_to_paste(gpu, diagnoses, parsed.lines)
     # how the paste was read (quote markers, a CI column, ...): the evidence says it, once per diagnosis
     notes = [f"read the pasted log after: {n}" for n in parsed.notes if not n.startswith("no traceback given")]
     for d in (*diagnoses, *warnings):

@@ -52,6 +52,9 @@ _BY_MODULE: tuple[tuple[str, str], ...] = (
     ("hicache", "hicache"),
     ("disaggregation", "disaggregation"),
     ("speculative", "speculative"),
+    ("eagle", "speculative"),
+    ("nextn", "speculative"),
+    ("draft", "speculative"),
     ("layers.quantization", "quantization"),
     ("quantization", "quantization"),
     ("marlin", "quantization"),
@@ -62,16 +65,75 @@ _BY_MODULE: tuple[tuple[str, str], ...] = (
     ("mem_cache", "memory"),
     ("distributed", "distributed"),
     ("torch.distributed", "distributed"),
+    ("tokeniz", "tokenizer"),
     ("model_loader", "model-load"),
     ("configs", "model-load"),
     ("hf_transformers_utils", "model-load"),
     ("transformers.models.auto", "model-load"),
-    ("tokeniz", "tokenizer"),
     ("arg_groups", "flag-conflict"),
     ("server_args", "flag-conflict"),
     ("utils.network", "network"),
     ("parallel_state", "parallelism"),
 )
+
+
+# Compiled extensions and the source folders of their kernels, as native errors name them (a `.so` that fails to
+# load, the `.cu` file of a failed assertion or CUDA check): (fragment of the path, lower-cased; category).
+_NATIVE: tuple[tuple[str, str], ...] = (
+    ("deep_ep", "parallelism"),
+    ("deepep", "parallelism"),
+    ("uccl", "parallelism"),
+    ("pplx", "parallelism"),
+    ("mori", "parallelism"),
+    ("custom_all_reduce", "distributed"),
+    ("allreduce", "distributed"),
+    ("all_reduce", "distributed"),
+    ("nccl", "distributed"),
+    ("mooncake", "disaggregation"),
+    ("nixl", "disaggregation"),
+    ("transfer_engine", "disaggregation"),
+    ("kvcacheio", "hicache"),
+    ("hicache", "hicache"),
+    ("flash-attention", "attention-backend"),
+    ("flash_attn", "attention-backend"),
+    ("flashattention", "attention-backend"),
+    ("flash_mla", "attention-backend"),
+    ("flashmla", "attention-backend"),
+    ("flashinfer", "attention-backend"),
+    ("/attention/", "attention-backend"),
+    ("cutlass_mla", "attention-backend"),
+    ("deep_gemm", "quantization"),
+    ("deepgemm", "quantization"),
+    ("marlin", "quantization"),
+    ("/gemm/", "quantization"),
+    ("fp8", "quantization"),
+    ("fp4", "quantization"),
+    ("/quantization/", "quantization"),
+    ("speculative", "speculative"),
+    ("eagle", "speculative"),
+    ("cuda_graph", "cuda-graph"),
+)
+_NATIVE_PATH = re.compile(
+    r"[\w./+-]*[/\w-]\.(?:cu|cuh|cpp|cc|c|h|hpp|inl)\b|[\w./+-]+\.so\b[\w.]*|[\w./+-]*/(?:csrc|kernels)/[\w./+-]+"
+)
+# Messages that name two flags and say they do not go together: a conflict of flags, whatever the subsystem
+_CONFLICT = re.compile(
+    r"(?:mutually exclusive|incompatible with|not compatible with|cannot be (?:used|enabled|combined) "
+    r"(?:together|with)|conflicts with|is not supported (?:together )?with|does not support --)",
+    re.IGNORECASE,
+)
+_FLAG_NAMES = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+
+
+def native_subsystem(text: str) -> str | None:
+    """The subsystem a native error names through its extension and file: `/sgl-workspace/DeepEP/csrc/...cu`
+    is parallelism, `flash_attn_2_cuda...so` attention-backend, `custom_all_reduce.cuh` distributed."""
+    for m in _NATIVE_PATH.finditer(text[:2000]):
+        path = m.group(0).lower()
+        for fragment, category in _NATIVE:
+            if fragment in path:
+                return category
+    return None
 
 
 def guess_category(exc: ExceptionInfo) -> str:
@@ -80,8 +142,14 @@ def guess_category(exc: ExceptionInfo) -> str:
         if short == name:
             return category
     message = exc.message[:2000]
+    if len(set(_FLAG_NAMES.findall(message))) >= 2 and _CONFLICT.search(message):
+        return "flag-conflict"
+    native = native_subsystem(message)
+    if native is not None:
+        return native
+    low = message.lower()
     for fragment, category in _BY_MESSAGE:
-        if fragment in message:
+        if fragment in message or (fragment.islower() and fragment in low):
             return category
     for frame in reversed(exc.frames):
         module = frame_module(frame)

@@ -22,9 +22,18 @@ from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
 from crashdoc.diagnosis.configchange import FileChange, correlate
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker, Transition
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
-from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause, traceback_finding
+from crashdoc.diagnosis.rootcause import Finding, judge_lone, line_findings, root_cause, traceback_finding
 from crashdoc.diagnosis.run import Handled, LineHit, Run
-from crashdoc.events import Diagnosis, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
+from crashdoc.events import (
+    BAD_REQUEST,
+    Diagnosis,
+    Lifecycle,
+    LifecycleRecord,
+    LogLine,
+    Thresholds,
+    Traceback,
+    UnitState,
+)
 from crashdoc.matching.matcher import Facts, Matcher
 
 MAX_INVOCATIONS = 16
@@ -86,12 +95,15 @@ class Engine:
         role_of: Callable[[str], str | None] = lambda unit: "any",
         builder: DiagnosisBuilder | None = None,
         quiet_seconds: float = QUIET_SECONDS,
+        lone_lines: bool = False,
     ) -> None:
         self._matcher = matcher if callable(matcher) and not isinstance(matcher, Matcher) else (lambda: matcher)
         self.thresholds = thresholds or Thresholds()
         self.role_of = role_of
         self.builder = builder or DiagnosisBuilder()
         self.quiet_seconds = quiet_seconds
+        # pasted logs: a failure may be stated by a lone message line (the journal's daemon never guesses so)
+        self.lone_lines = lone_lines
         self.assembler = TracebackAssembler()
         self._units: dict[str, UnitRecord] = {}
         self._events: list[EngineEvent] = []
@@ -142,8 +154,12 @@ class Engine:
         matcher = self.matcher
         # one RE2 pass for the marker literals and the line signatures; find_marker is told the literal
         literal, match = matcher.scan_line(line.text)
-        if literal in SERVING_LITERALS and not inv.open_tracebacks:
-            return  # a batch or access line with no traceback to resolve: what add_marker would conclude
+        if literal in SERVING_LITERALS:
+            inv.serving_seq = seq
+            if literal[-5:] == "batch":  # "Decode batch" / "Prefill batch": the load a pool failure happened at
+                inv.last_batch = line.text
+            if not inv.open_tracebacks:
+                return  # a batch or access line with no traceback to resolve: what add_marker would conclude
         marker = find_marker(line, literal or None) if literal is not None else None
         if marker is not None:
             marker.seq = seq
@@ -165,6 +181,8 @@ class Engine:
             handled = inv.later_line(line.pid, seq)
             if handled:
                 self._count_handled(rec, inv, handled)
+        if self.lone_lines and match is None and marker is None:
+            inv.add_loose(line, seq)
         if match is not None:
             inv.add_line_hit(LineHit(match, line, seq))
             sig = matcher.library.get(match.signature_id)
@@ -324,6 +342,8 @@ class Engine:
                     self._count_handled(rec, current, handled)
             if current is not None and not current.ended and current.worded:
                 self._count_handled(rec, current, current.settle_worded())
+            if self.lone_lines and current is not None and not current.ended:
+                judge_lone(current, self.matcher)
             if rec.current is not None and not rec.current.ended and rec.current.crashed:
                 rec.current.ended_by_input = True
                 rec.current.ended_at = rec.current.last_line_at
@@ -489,6 +509,8 @@ class Engine:
                     )
                 d.severity = "warning"
                 d.handled = h.reason
+                if h.request:
+                    d.kind = BAD_REQUEST
                 out.append(d)
         out.sort(key=lambda d: -d.crashes)
         return out
@@ -720,6 +742,15 @@ class Engine:
             config_change=change,
             sglang_version=release,
             sglang_version_from=release_from,
+            peers=self._peers(rec),
+        )
+
+    def _peers(self, rec: UnitRecord) -> tuple[tuple[str, dict[str, str]], ...]:
+        """The other units' flags (their last run's): a PD unit's counterpart, the workers behind a router."""
+        return tuple(
+            (other.name, self._flags(other, other.current))
+            for other in self._units.values()
+            if other is not rec and other.current is not None
         )
 
     def _build(self, rec: UnitRecord, inv: Run | None, finding: Finding, crashes: int, confidence: float) -> Diagnosis:

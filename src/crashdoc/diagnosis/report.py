@@ -53,6 +53,7 @@ class UnitContext:
     config_change: ConfigChange | None = None
     sglang_version: str = ""  # the release the unit runs ("" when unknown)
     sglang_version_from: str = ""  # where crashdoc read it
+    peers: tuple[tuple[str, dict[str, str]], ...] = ()  # the other watched units and their flags
 
 
 def _no_fix(ctx: UnitContext, changes: list[FlagChange], fix: Fix) -> None:
@@ -124,6 +125,7 @@ class DiagnosisBuilder:
             evidence.insert(0, ctx.config_change.summary())
         if derived is not None:
             evidence.append(derived.signature.evidence(derived.known))
+        evidence.extend(peer_evidence([finding.line, *evidence], ctx.peers))
         note = version_note(finding.derived, ctx.sglang_version)
         if note is not None:
             evidence.append(note)
@@ -240,6 +242,27 @@ def version_note(match: DerivedMatch | None, release: str) -> str | None:
         f"this check exists in {where}; the unit runs {release} "
         "(a launch script or an install left from another release?)"
     )
+
+
+_URL_PORT = re.compile(r"\b(?:https?|grpc)://(?P<host>[\w.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d+)")
+
+
+def peer_evidence(texts: list[str], peers: tuple[tuple[str, dict[str, str]], ...]) -> list[str]:
+    """Which watched unit a worker URL of the log is (`--port` and, when set, `--host`): a router's failure
+    points at the worker units behind it."""
+    out: list[str] = []
+    seen: set[str] = set()
+    for text in texts:
+        for m in _URL_PORT.finditer(text):
+            url = m.group(0)
+            if url in seen:
+                continue
+            seen.add(url)
+            for unit, flags in peers:
+                host = flags.get("--host", "")
+                if flags.get("--port") == m.group("port") and host in ("", "0.0.0.0", "::", m.group("host")):
+                    out.append(f"the worker {url} is {unit} (--port {m.group('port')}): see its own diagnosis")
+    return out[:8]
 
 
 def _unknown_title(finding: Finding) -> str:

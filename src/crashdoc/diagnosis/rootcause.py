@@ -20,12 +20,14 @@ import re
 from dataclasses import dataclass, field
 
 from crashdoc.assembly.fingerprint import fingerprint_text, fingerprint_traceback
+from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.traceback import FATAL_TYPE, TRACEBACK_HEAD
 from crashdoc.diagnosis.category import guess_category
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.run import LineHit, Run, request_record
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher
+from crashdoc.sources.routerlog import worker_urls
 
 ROOT_WINDOW_SECONDS = 120.0
 _CONSEQUENCE_TYPES = ("KeyboardInterrupt", "SystemExit", "CancelledError", "BrokenPipeError")
@@ -136,6 +138,12 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
         finding = _line_finding(_best(critical))
         _add_exit_evidence(finding, inv)
         return finding
+    if inv.lone:  # a pasted log whose failure is a lone message line: read like a traceback without frames
+        chosen = traceback_finding(inv.lone[0], matcher, facts)
+        if chosen.match is None or facts.sglang_version:
+            chosen.derived = matcher.match_derived(inv.lone[0], facts)
+        _add_traceback_evidence(chosen, inv)
+        return chosen
     if not inv.crashed or (inv.exit_code is None and not inv.oom_killed and not inv.result):
         return None
     status = inv.exit_status
@@ -164,6 +172,55 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
     return finding
 
 
+# --- lone lines (pasted logs) -------------------------------------------------------------------------------
+
+_WARNING_WORDS = re.compile(r"\bwarn(?:ing)?s?\b|deprecat|\bWARN\b", re.IGNORECASE)
+_CONTINUATION_LINES = 8
+_WENT_ON_LINES = 5  # this many other lines of the process after a lone failure: it carried on
+_TAIL_LINES = 64  # room for the same failure from every rank of a node, and its continuation lines
+
+
+def judge_lone(inv: Run, matcher: Matcher) -> None:
+    """A pasted log with no traceback may still state its failure: a lone line that a reviewed or derived
+    signature knows as an exception message ("Decode out of memory. Try to lower your batch size.", a kernel's
+    `CUDA error: ...`, an ImportError's text without its type). The first such line that the process did
+    not get past (no ready, no batches and no run of other lines after it) becomes a frameless traceback,
+    with the lines that continue its record (`Try to allocate 52 tokens.`)."""
+    inv.lone = []
+    if inv.tracebacks or not inv.loose:
+        return
+    loose = inv.loose
+    ready = max((m.seq for m in inv.markers if m.kind == "ready"), default=0)
+    # a lone failure has fewer than _WENT_ON_LINES other lines after it: only the paste's tail can hold one
+    start = max(len(loose) - _TAIL_LINES, 0)
+    for i, (seq, pid, text) in enumerate(loose[start:], start):
+        _, rank, body = split_prefix(text)
+        body = body.strip()
+        if len(body) < 12 or _WARNING_WORDS.search(body) or seq <= max(ready, inv.serving_seq) or request_record(body):
+            continue
+        record = [body]
+        for nseq, npid, ntext in loose[i + 1 : i + 1 + _CONTINUATION_LINES]:
+            if nseq != seq + len(record) or npid != pid or not ntext.strip() or split_prefix(ntext)[0]:
+                break
+            record.append(ntext.strip())
+        message = "\n".join(record)
+        if not (matcher.knows_message(message) or (len(record) > 1 and matcher.knows_message(body))):
+            continue
+        same = set(record)  # the same failure from the other ranks is no sign of going on
+        later = sum(
+            1
+            for _, p2, t2 in loose[i + len(record) :]
+            if (0 in (p2, pid) or p2 == pid) and t2.strip() and split_prefix(t2)[2].strip() not in same
+        )
+        if later >= _WENT_ON_LINES:
+            continue  # the process went on logging: it survived this
+        exc = ExceptionInfo(type="", message=message, line=body)
+        inv.lone.append(
+            Traceback(unit=inv.unit, pid=pid, chain=(exc,), rank=rank, header=text[:300], text=message, seq=seq)
+        )
+        return
+
+
 def _line_finding(hit: LineHit) -> Finding:
     """A failure a line-level signature saw, as a root cause: the line is its evidence."""
     finding = Finding(
@@ -173,10 +230,16 @@ def _line_finding(hit: LineHit) -> Finding:
         message=hit.match.line,
         line=hit.match.line,
         match=hit.match,
+        category_guess=_line_category(hit.match.line),
         timestamp=hit.line.timestamp,
     )
     finding.evidence.append(hit.line.text.strip()[:300])
     return finding
+
+
+def _line_category(line: str) -> str:
+    """Where a failure line happened, from what it says (a native error names its extension's file)."""
+    return guess_category(ExceptionInfo(type="", message=line))
 
 
 def _line_before(inv: Run, matcher: Matcher, dump: Traceback) -> Finding | None:
@@ -217,6 +280,8 @@ def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
         if sig_id in seen:
             seen[sig_id].processes.append(str(hit.line.pid))
             continue
+        if sig_id.startswith(_ROUTER):
+            workers = _router_workers(inv)
         seen[sig_id] = Finding(
             kind="line",
             fingerprint=fingerprint_text(sig_id, hit.match.line),
@@ -224,11 +289,26 @@ def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
             message=hit.match.line,
             line=hit.match.line,
             match=hit.match,
+            category_guess=_line_category(hit.match.line),
             timestamp=hit.line.timestamp,
             evidence=[hit.line.text.strip()],
             processes=[str(hit.line.pid)],
         )
+        if sig_id.startswith(_ROUTER) and workers:
+            seen[sig_id].evidence.append(f"workers the router's log names as failing: {', '.join(workers)}")
     return list(seen.values())
+
+
+_ROUTER = "router-"
+
+
+def _router_workers(inv: Run) -> list[str]:
+    """The workers the router's failure lines name (health checks, registrations), in order, once each."""
+    found: list[str] = []
+    for hit in inv.line_hits:
+        if hit.match.signature_id.startswith(_ROUTER):
+            found.extend(u for u in worker_urls(hit.match.line) if u not in found)
+    return found[:16]
 
 
 def _severity(matcher: Matcher, match: Match) -> str:

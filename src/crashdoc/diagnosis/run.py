@@ -16,19 +16,21 @@ native crash dump is fatal from the start.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.markers import TEARDOWN_KINDS, handled_wording
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.events import LifecycleRecord, LogLine, Marker, Match, Traceback
+from crashdoc.events import BAD_REQUEST, LifecycleRecord, LogLine, Marker, Match, Traceback
 from crashdoc.sources.lifecycle import describe_exit
 
 MAX_TRACEBACKS = 16
 MAX_LINE_MATCHES = 32
 MAX_EVIDENCE_LINES = 40
 MAX_HANDLED = 16
+MAX_LOOSE = 400
 
 
 @dataclass(slots=True)
@@ -48,6 +50,7 @@ class Handled:
     count: int = 1  # the same error again (same fingerprint: another rank, port or request)
     kind: str = ""  # its kind of failure, once the engine has matched it
     kept: bool = True  # False past MAX_HANDLED distinct errors: counted, not kept
+    request: bool = False  # raised while serving one request (a request handler's error answer): kind "bad request"
     fingerprint: str = ""
     processes: list[str] = field(default_factory=list)  # the ranks or PIDs that logged it (bounded)
 
@@ -89,6 +92,12 @@ class Run:
     sglang_release: str = ""  # the SGLang release its interpreter imports, read when the run began
     sglang_release_from: str = ""  # where that was read
     logged_release: str = ""  # the release its own output named ("sglang version: X", pip's "sglang-X")
+    # pasted logs only (`Engine(lone_lines=True)`): the lines no traceback, marker or line signature took, to
+    # find a failure stated by a lone message line (no traceback, no exception type) when nothing else says
+    loose: list[tuple[int, int, str]] = field(default_factory=list)  # (seq, pid, text), the last MAX_LOOSE
+    serving_seq: int = 0  # the last decode/prefill batch or answered request: what came before was survived
+    last_batch: str = ""  # the last "Decode batch"/"Prefill batch" line: how loaded the server was (pools actions)
+    lone: list[Traceback] = field(default_factory=list)  # failures read from lone lines, as frameless tracebacks
 
     @property
     def ended(self) -> bool:
@@ -113,8 +122,9 @@ class Run:
             return False
         if self.exit_code is not None:
             return not (self.exit_code == "exited" and self.exit_status in ("0", "SUCCESS"))
-        # a pasted log: a fatal traceback, or failure lines (NCCL's watchdog) and then SGLang's teardown
-        return bool(self.tracebacks) or (self.tore_down and bool(self.line_hits))
+        # a pasted log: a fatal traceback, a failure stated by a lone line, or failure lines (NCCL's watchdog)
+        # and then SGLang's teardown
+        return bool(self.tracebacks) or bool(self.lone) or (self.tore_down and bool(self.line_hits))
 
     @property
     def lifetime(self) -> float | None:
@@ -143,6 +153,9 @@ class Run:
         record = tb.logged_with or tb.header  # the record it was printed under, or the text before it on its line
         worded = not _fatal_by_nature(tb) and bool(record) and handled_wording(record)
         reason = f"logged as: {_record_text(record)}" if worded else ""
+        if not _fatal_by_nature(tb) and request_level(tb):
+            worded = True  # SGLang answers the one request with an error and carries on: settled like worded ones
+            reason = f"{REQUEST_REASON}{f' (logged as: {_record_text(record)})' if record else ''}"
         if worded and (not tb.seq or len(self.tracebacks) >= MAX_TRACEBACKS):
             return [self._handle(tb, reason, "logged")]
         if len(self.tracebacks) < MAX_TRACEBACKS:
@@ -186,6 +199,8 @@ class Run:
                     seen.processes.append(who)
                 return seen
         entry = Handled(tb, reason, how, kept=len(self.handled) < MAX_HANDLED, fingerprint=fingerprint, processes=[who])
+        if reason.startswith(REQUEST_REASON):
+            entry.request, entry.kind = True, BAD_REQUEST
         if entry.kept:
             self.handled.append(entry)
         return entry
@@ -208,6 +223,12 @@ class Run:
         """The open tracebacks of a run that systemd says is still running: it survived them."""
         chosen = [tb for tb in self.tracebacks if tb.seq in self.open_tracebacks]
         return [self._settle_open(tb, reason, "running") for tb in chosen]
+
+    def add_loose(self, line: LogLine, seq: int) -> None:
+        """A line of a pasted log that nothing else took: kept (bounded) for the lone-line reading."""
+        self.loose.append((seq, line.pid, line.text))
+        if len(self.loose) > 2 * MAX_LOOSE:
+            del self.loose[:MAX_LOOSE]
 
     def add_line_hit(self, hit: LineHit) -> None:
         if len(self.line_hits) < MAX_LINE_MATCHES:
@@ -269,6 +290,45 @@ class Run:
             self.deactivated = True
             if self.ended_at is None:
                 self.ended_at = record.timestamp or self.last_line_at
+
+
+REQUEST_REASON = "one request failed and was answered with an error; the server went on"
+# The records SGLang and uvicorn print around one request's error: serving_base.py's logger.exception("Error in
+# request: ..."), http_server.py's "[http_server] Error: ...", uvicorn's "Exception in ASGI application", the
+# tokenize endpoints' "Error during tokenization", serving_responses.py's background requests.
+_REQUEST_RECORD = re.compile(
+    r"Error in request:|\[http_server\] Error|Exception in ASGI application|Error during (?:de)?tokenization"
+    r"|Error in preprocessing prompt inputs|Background request failed|Error handling VL reranker request"
+)
+# Frames of the code that serves one request: the OpenAI-compatible serving layer (0.4.x: openai_api/adapter.py),
+# uvicorn/starlette/fastapi dispatching a request, and http_server.py's endpoints (not its launch and warm-up).
+_REQUEST_FILES = re.compile(
+    r"entrypoints/openai/serving_\w+\.py|openai_api/adapter\.py|uvicorn/protocols/http/|starlette/routing\.py"
+    r"|fastapi/routing\.py"
+)
+_LAUNCH_FUNCTIONS = frozenset(
+    {"launch_server", "_wait_and_warmup", "_execute_server_warmup", "main", "<module>", "run"}
+)
+
+
+def request_record(text: str) -> bool:
+    """Whether a log record is one request's error answer ("[http_server] Error: ...", "Error in request: ...")."""
+    return _REQUEST_RECORD.search(text[:300]) is not None
+
+
+def request_level(tb: Traceback) -> bool:
+    """Whether a traceback was raised while serving one request (the server answers it with an error and goes
+    on): the record it was printed under says so, or a frame of a request handler is on its stack."""
+    record = tb.logged_with or tb.header
+    if record and _REQUEST_RECORD.search(record[:300]):
+        return True
+    for exc in tb.chain:
+        for frame in exc.frames:
+            if _REQUEST_FILES.search(frame.file):
+                return True
+            if frame.file.endswith("entrypoints/http_server.py") and frame.function not in _LAUNCH_FUNCTIONS:
+                return True
+    return False
 
 
 def _fatal_by_nature(tb: Traceback) -> bool:

@@ -96,15 +96,19 @@ class DerivedSignature:
     def as_signature(self, category: str = "other", known: Sequence[str] = ()) -> Signature:
         """A library `Signature` view, so pages and runbook rendering treat it like any other."""
         _, path, line, _ = self.site()
+        changes, summary = self.fix, self.summary
+        if not changes and len(self.env) == 1 and not self.flags:
+            changes, said = variable_fix(self.env[0], self.template)
+            summary = f"{summary} ({said})" if summary else said
         return Signature(
             id=self.id,
             title=self.title,
             category=category,
             severity="critical",
             runbook=self.runbook(known),
-            fix_summary=self.summary,
+            fix_summary=summary,
             flags=(*self.flags, *self.env),
-            changes=self.fix,
+            changes=changes,
             exception_types=(self.exception_type,),
             message=self.pattern,
             sglang=release_range(self.releases, known or self.releases),
@@ -118,6 +122,19 @@ class DerivedSignature:
             if site[0] == release:
                 return site
         return self.sites[-1]
+
+
+_ALLOWED = re.compile(r"(?:one of|expected|must be|valid(?: values)?(?: are)?:?)\s*:?\s*'(?P<value>[\w.-]+)'")
+
+
+def variable_fix(variable: str, template: str) -> tuple[tuple[FlagChange, ...], str]:
+    """The generic change for a check that names one SGLANG_ variable and no flag: the first value the message
+    allows (`must be one of 'bf16', 'mxfp8'`), else unset the variable (SGLang's default)."""
+    m = _ALLOWED.search(template)
+    if m is not None:
+        value = m.group("value")
+        return (FlagChange("set", variable, value),), f"generic: set {variable} to '{value}', the first value it allows"
+    return (FlagChange("remove", variable),), f"generic: unset {variable}, back to SGLang's default"
 
 
 @dataclass(frozen=True, slots=True)
@@ -220,6 +237,52 @@ Row = dict[str, Any] | list[Any]
 _HEAD_FIELDS = ("id", "type", "pattern")
 
 
+def _needle(pattern: str) -> str:
+    """The longest run of literal text of an RE2 pattern (escapes undone): text every match contains; "" when
+    the pattern has alternatives or optional groups (no run is sure to be in a match)."""
+    if "|" in pattern or re.search(r"\)[?*]|\)\{0", pattern):
+        return ""
+    runs: list[str] = []
+    run: list[str] = []
+    i = 0
+    while i < len(pattern):
+        c = pattern[i]
+        if c == "\\" and i + 1 < len(pattern):
+            nxt = pattern[i + 1]
+            if nxt.isalnum():  # \d, \s, \n: a class, not a literal
+                runs.append("".join(run))
+                run = []
+            else:
+                run.append(nxt)
+            i += 2
+            continue
+        if c in "?*" or (c == "{" and run):  # the character before is optional
+            if run:
+                run.pop()
+            runs.append("".join(run))
+            run = []
+        elif c == "[":  # a character class: skip it
+            runs.append("".join(run))
+            run = []
+            end = pattern.find("]", i + 2)
+            i = end if end > 0 else len(pattern)
+        elif c == "(":  # a group: skip its (?P<name> or (?: opening
+            runs.append("".join(run))
+            run = []
+            if pattern.startswith("(?P<", i):
+                i = pattern.find(">", i)
+            elif pattern.startswith("(?", i):
+                i += 2
+        elif c in ".)+^${}":
+            runs.append("".join(run))
+            run = []
+        else:
+            run.append(c)
+        i += 1
+    runs.append("".join(run))
+    return max(runs, key=len)
+
+
 def _head(row: Row) -> tuple[str, str, str, int]:
     if isinstance(row, dict):
         return row["id"], row["type"], row["pattern"], len(row["template"])
@@ -258,7 +321,7 @@ class DerivedLibrary:
         self._built: dict[int, DerivedSignature] = {}
         self._index: dict[str, int] | None = None
         self._buckets: dict[str, list[int]] | None = None
-        self._short: list[tuple[str, int]] = []
+        self._short: list[tuple[str, int, str]] = []
         self._compiled: dict[int, Any] = {}
 
     def _load(self) -> None:
@@ -310,16 +373,17 @@ class DerivedLibrary:
         """
         if self._buckets is None:
             buckets: dict[str, list[int]] = {}
-            short: list[tuple[str, int]] = []
+            short: list[tuple[str, int, str]] = []
             for index, row in enumerate(self._rows):
-                head = literal_prefix(_head(row)[2])
+                pattern = _head(row)[2]
+                head = literal_prefix(pattern)
                 if len(head) >= PREFIX_KEY:
                     buckets.setdefault(head[:PREFIX_KEY], []).append(index)
-                else:
-                    short.append((head, index))
+                else:  # begins with a hole: its longest literal piece must be in the text (a lone line costs little)
+                    short.append((head, index, _needle(pattern)))
             self._buckets, self._short = buckets, short
         found = list(self._buckets.get(text[:PREFIX_KEY], ()))
-        found.extend(index for head, index in self._short if text.startswith(head))
+        found.extend(index for head, index, needle in self._short if text.startswith(head) and needle in text)
         return sorted(found)
 
     def match(self, message_line: str, exception_type: str, release: str | None = None) -> DerivedMatch | None:
@@ -337,7 +401,7 @@ class DerivedLibrary:
         best: tuple[tuple[int, int, int], DerivedMatch] | None = None
         for index in self._candidates(text):
             _, type_, pattern, length = _head(rows[index])
-            if type_ != short:
+            if short and type_ != short:  # no type: a lone line, matched on its message alone
                 continue
             regex = self._compiled.get(index)
             if regex is None:

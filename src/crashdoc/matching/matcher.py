@@ -180,17 +180,23 @@ class Matcher:
         sig = compiled.signature
         score = base + sig.priority + compiled.specificity
         if sig.exception_types:
-            if not any(_type_matches(exc.type, t) for t in sig.exception_types):
-                return None
-            score += 15
+            if exc.type:
+                if not any(_type_matches(exc.type, t) for t in sig.exception_types):
+                    return None
+                score += 15
+            elif compiled.message is None:
+                return None  # a bare line names no type: a signature that is only a type says nothing of it
         context_score = self._context_score(compiled, facts)
         if context_score is None:
             return None
         score += context_score
         if compiled.frame is not None:
-            if not any(compiled.frame.search(f"{f.file}:{f.function}") for f in exc.frames):
+            if not exc.frames and compiled.message is not None:
+                score -= 30  # a lone line: no frame contradicts the message, but one that asks for none wins
+            elif not any(compiled.frame.search(f"{f.file}:{f.function}") for f in exc.frames):
                 return None
-            score += 10
+            else:
+                score += 10
         captures: dict[str, str] = {}
         line = exc.line or f"{exc.type}: {exc.message.split(chr(10), 1)[0]}"
         if compiled.message is not None:
@@ -227,6 +233,14 @@ class Matcher:
             if found is not None:
                 return found
         return None
+
+    def knows_message(self, text: str) -> bool:
+        """Whether a reviewed or derived signature knows `text` as an exception message: a lone line of a
+        pasted log (no traceback, no exception type) that states a failure SGLang raises."""
+        exc = ExceptionInfo(type="", message=text, line=text.split("\n", 1)[0])
+        if self.match_exception(exc, Facts()):
+            return True
+        return self.derived is not None and self.derived.match(text, "") is not None
 
     # --- lines ---------------------------------------------------------------------------
 

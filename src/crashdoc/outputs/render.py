@@ -94,6 +94,20 @@ def diagnoses_text(diagnoses: Sequence[Diagnosis], *, warnings: Sequence[Diagnos
     return out
 
 
+MAX_ROOT_CAUSE_LINES = 12
+
+
+def root_cause_rest(d: Diagnosis) -> list[str]:
+    """The lines of the root cause's message besides the printed root-cause line, as the JSON holds them: a
+    NCCL error's "Last error:" lines, an OOM's "Try to allocate" line (bounded; the JSON has them all)."""
+    first = d.root_cause.line.strip()
+    rest = [line.rstrip() for line in d.root_cause.message.split("\n")]
+    out = [line for line in rest if line.strip() and line.strip() != first and not first.endswith(line.strip())]
+    if len(out) > MAX_ROOT_CAUSE_LINES:
+        out = [*out[:MAX_ROOT_CAUSE_LINES], f"... ({len(out) - MAX_ROOT_CAUSE_LINES} more lines in --json)"]
+    return out
+
+
 def warning_text(w: Diagnosis, *, color: bool = False) -> str:
     """A handled traceback: what it was, why it is no crash, and the signature's advice if one knows it."""
     yellow, dim, reset = ("\x1b[33m", "\x1b[2m", "\x1b[0m") if color else ("", "", "")
@@ -135,6 +149,7 @@ def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
     if d.version_note:
         lines.append(f"  {red}version:{reset} {d.version_note}")
     lines.append(f"  root cause: {d.root_cause.line}")
+    lines.extend(f"              {extra}" for extra in root_cause_rest(d))
     lines.append(f"  fix: {d.fix.summary}")
     for reason in d.fix.why:
         lines.append(f"    why: {reason}")
@@ -149,7 +164,8 @@ def diagnosis_text(d: Diagnosis, *, color: bool = False) -> str:
         lines.append("  change to make:")
         lines.extend("    " + line for line in d.fix.diff.rstrip("\n").split("\n"))
     if d.fix.apply:
-        lines.append("  to apply (crashdoc changes nothing itself):")
+        what = "to check and recover" if d.kind == "hardware" else "to apply"  # a GPU fault has no change to apply
+        lines.append(f"  {what} (crashdoc changes nothing itself):")
         lines.extend(f"    $ {cmd}" for cmd in d.fix.apply)
     if d.fix.rollback:
         lines.append("  to roll back:")

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING
 
 from systemd import journal
 
-from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, WatchRule
+from crashdoc.events import GpuEvent, Lifecycle, LifecycleRecord, LogLine, WatchRule
 from crashdoc.sources.lifecycle import (
     COREDUMP_MESSAGE_ID,
     MESSAGE_IDS,
@@ -34,8 +34,10 @@ from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
     from crashdoc.sources.fastread import BatchReader
+    from crashdoc.sources.kernel_gpu import KernelGpuReader
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
+MAX_GPU_EVENTS = 10_000  # kernel GPU events kept until drained (a storm of Xid 13 must not grow without bound)
 TRIM_CHECK_EVERY = 2_000  # entries stepped between two looks at how many file pages are mapped
 # release the journal pages once this many bytes of file pages were mapped since (8 MB: catch-up peak ~72 MB)
 TRIM_ABOVE = 4 << 20
@@ -124,6 +126,9 @@ class JournalSource:
         self._invocations: dict[tuple[bytes, bytes], tuple[str, int, str, str]] = {}
         if files or once:
             self._restrict_to_watched()
+        # the NVIDIA driver's kernel lines (Xid, SXid, fallen off the bus), read when asked (`read_gpu_events`)
+        self._gpu_lines: KernelGpuReader | None = None
+        self.gpu_events: list[GpuEvent] = []
         self._batch: BatchReader | None = None
         if once and build_dir is not None:
             from crashdoc.sources.fastread import batch_reader
@@ -151,6 +156,14 @@ class JournalSource:
         r.add_match("_TRANSPORT=kernel")
         r.add_disjunction()
         r.add_match("MESSAGE_ID=" + COREDUMP_MESSAGE_ID)
+
+    def read_gpu_events(self) -> None:
+        """Also collect the kernel's GPU fault lines into `gpu_events` (the caller drains it; at most
+        MAX_GPU_EVENTS are kept). Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
+        if self._gpu_lines is None:
+            from crashdoc.sources.kernel_gpu import KernelGpuReader  # its patterns are compiled only when asked
+
+            self._gpu_lines = KernelGpuReader()
 
     # --- positioning ---------------------------------------------------------------------
 
@@ -471,6 +484,11 @@ class JournalSource:
                 return None
             message = get("MESSAGE")
         except KeyError:
+            return None
+        if self._gpu_lines is not None and self._gpu_lines.wants(message):
+            text = terminal_safe(message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
+            self.gpu_events += self._gpu_lines.feed(text, realtime() / 1e6)
+            del self.gpu_events[:-MAX_GPU_EVENTS]
             return None
         if b"oom-kill:" not in message:
             return None

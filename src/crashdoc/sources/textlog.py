@@ -23,6 +23,7 @@ from datetime import datetime
 
 from crashdoc.events import LifecycleRecord, LogLine
 from crashdoc.sources.lifecycle import parse_pid1_text
+from crashdoc.sources.routerlog import is_router_log, parse_router_line
 from crashdoc.text import clean
 
 _HOST_IDENT = r" (?P<host>\S+) (?P<ident>[^\s\[\]:]+)(?:\[(?P<pid>\d+)\])?: ?(?P<msg>.*)$"
@@ -70,6 +71,8 @@ def parse_text(text: str) -> ParsedText:
     raw = [clean(line[:MAX_LINE_CHARS]) for line in text.splitlines()]
     raw, pids, notes = normalize(raw)
     fmt = detect_format(raw)
+    if fmt == "plain" and is_router_log(raw):
+        return ParsedText(list(_router_lines(raw, pids)), "router", [*notes, "parsing the SGLang router's log format"])
     if fmt == "plain":
         plain = [LogLine(PASTED_UNIT, pid, line) for line, pid in zip(raw, pids, strict=True)]
         at = lone_exception(plain)
@@ -123,7 +126,7 @@ _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 # removed when most lines carry it (a log line may well start with a date of its own).
 _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # GitHub Actions, GitLab, `kubectl logs --timestamps`, `docker logs -t`: RFC 3339 with a zone, then a space
-    ("CI/kubectl timestamps", re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) ")),
+    ("CI/kubectl timestamps", re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: |$)")),
     # docker compose: `service-1  | `
     ("docker compose service column", re.compile(r"^(?P<who>[A-Za-z0-9][\w.-]*)\s+\| ?")),
     # `kubectl logs --prefix`: `[pod/name/container] `
@@ -131,37 +134,155 @@ _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
 )
 _FRAME_UNINDENTED = re.compile(r'^File "[^"]*", line \d+')
 _TYPE_LINE = re.compile(
-    r"^(?:[A-Za-z_]\w*\.)*[A-Za-z_]\w*(?:Error|Exception|Exit|Interrupt|Failure|Warning)(?::|$)"
+    r"^(?:[A-Za-z_]\w*\.)*(?:[A-Za-z_]\w*)?(?:Error|Exception|Exit|Interrupt|Failure|Warning)(?::|$)"
     r"|^(?:[a-z_]\w*\.)+[A-Z]\w*:|^Traceback \(most recent|^During handling|^The above exception"
 )
 # A paste that is one exception line: `ValueError: ...`, `torch.OutOfMemoryError: ...` (a warning is no failure)
-_LONE_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure): \S")
+_LONE_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Failure)|Exception|SystemExit): \S")
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 
 
 def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
     """Undo what quoting, outer prefix columns and stripped indentation did to a paste.
 
-    Returns the lines, a PID-like group per line (docker compose services interleave like
-    processes: each service's traceback must be assembled apart) and notes saying what was done.
+    The shapes combine in any order (a CI column inside `> ` quotes, or quotes behind a CI column), so
+    quote markers and columns are taken off in turns until neither is left. Returns the lines, a PID-like
+    group per line (docker compose services and Ray actors interleave like processes: each one's traceback
+    must be assembled apart) and notes saying what was done.
     """
     notes: list[str] = []
     lines = [line for line in lines if not _FENCE.match(line)]
-    body = [line for line in lines if line.strip()]
-    if body and sum(1 for line in body if _QUOTE.match(line)) >= max(1, int(len(body) * 0.6)):
-        lines = [_QUOTE.sub("", line, count=1) for line in lines]
-        notes.append("removed `> ` quote markers")
     pids = [0] * len(lines)
-    # a compose column may hold a `docker logs -t` timestamp, or the other way round; a journalctl paste has none
-    for _ in range(2 if detect_format(lines) == "plain" else 0):
-        lines, pids, note = _strip_column(lines, pids)
-        if note is None:
+    plain = detect_format(lines) == "plain"  # a journalctl paste has no outer column, and no quotes to undo
+    for _ in range(4):
+        changed = False
+        body = [line for line in lines if line.strip()]
+        if body and sum(1 for line in body if _QUOTE.match(line)) >= max(1, int(len(body) * 0.6)):
+            lines = [_QUOTE.sub("", line, count=1) for line in lines]
+            if "removed `> ` quote markers" not in notes:
+                notes.append("removed `> ` quote markers")
+            changed = True
+        # a compose column may hold a `docker logs -t` timestamp, or the other way round
+        if plain or detect_format(lines) == "plain":
+            lines, pids, note = _strip_column(lines, pids)
+            if note is not None:
+                notes.append(f"removed the {note}")
+                changed = True
+        if not changed:
             break
-        notes.append(f"removed the {note}")
+    lines, pids, note = _strip_actor_prefixes(lines, pids)
+    if note is not None:
+        notes.append(note)
+    lines, note = _dedent(lines)
+    if note is not None:
+        notes.append(note)
+    lines, note = _strip_inner_prefixes(lines)
+    if note is not None:
+        notes.append(note)
     if any(_FRAME_UNINDENTED.match(line) for line in lines):
         lines = _reindent(lines)
         notes.append("restored the indentation of traceback frames")
     return lines, pids, notes
+
+
+# Ray prints each worker's output behind the actor and its PID: `(SGLangEngine pid=4711) File ...`,
+# `(Worker pid=88, ip=10.0.0.5) ValueError: ...`, `(raylet) ...`. The prefix is Ray's, never SGLang's: each
+# actor is a process of its own, and the prefix must not become part of the root-cause line.
+_ACTOR = re.compile(
+    r"^ {0,4}\((?:(?P<name>[A-Za-z_][\w.:-]*) )?pid=(?P<pid>\d+)(?:, ip=[0-9a-fA-F.:]+)?\) ?|^ {0,4}\(raylet\) "
+)
+
+
+def _strip_actor_prefixes(lines: list[str], pids: list[int]) -> tuple[list[str], list[int], str | None]:
+    if not any("(" in line[:5] and _ACTOR.match(line) for line in lines):
+        return lines, pids, None
+    out: list[str] = []
+    out_pids: list[int] = []
+    groups: dict[str, int] = {}
+    for line, pid in zip(lines, pids, strict=True):
+        m = _ACTOR.match(line) if "(" in line[:5] else None
+        if m is None:
+            out.append(line)
+            out_pids.append(pid)
+            continue
+        who = m.group("pid") or "raylet"
+        out.append(line[m.end() :])
+        out_pids.append(groups.setdefault(who, 1000 + len(groups)))  # apart from the compose groups
+    return out, out_pids, "removed the Ray actor prefixes (`(Name pid=N)`)"
+
+
+# The lines that stand at column 0 in a log: a traceback's head and exception line, SGLang's records. When
+# every one of them sits k spaces in (a paste indented under a header line of its own), the paste is k spaces in.
+_ANCHOR = re.compile(
+    r"^(?P<indent> +)(?:Traceback \(most recent call last\):|During handling of the above|The above exception"
+    r"|\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d|(?:[a-z_]\w*\.)*[A-Z]\w*(?:Error|Exception|Failure):)"
+)
+
+
+def _dedent(lines: list[str]) -> tuple[list[str], str | None]:
+    indents = set()
+    for line in lines:
+        if line[:1] == " ":
+            m = _ANCHOR.match(line)
+            if m is not None:
+                indents.add(len(m.group("indent")))
+        elif line.strip() and _ANCHOR.match(" " + line) is not None:
+            return lines, None  # an anchor at column 0: the paste kept its indentation
+    if len(indents) != 1:
+        return lines, None
+    k = indents.pop()
+    if k > 8:
+        return lines, None
+    pad = " " * k
+    return [line[k:] if line.startswith(pad) else line.lstrip(" ") for line in lines], f"removed a {k}-space indent"
+
+
+# SGLang prefixes only the first line of a record; a paste (or a log shipper) that prefixes every line of a
+# traceback with `[2026-01-01 00:00:00 TP0] ` would end the traceback at its first frame. Inside a traceback,
+# the prefix goes: a frame, a source line, a blank, a chain marker or the exception line after a frame.
+_SGLANG_PREFIX = re.compile(r"^\[\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?: [^\]\s]+)*\] ?")
+_INNER = re.compile(
+    r"^(?:\s|$|Traceback \(most recent call last\):|During handling of the above|The above exception"
+    r"|\[Previous line repeated)"
+)
+
+
+def _strip_inner_prefixes(lines: list[str]) -> tuple[list[str], str | None]:
+    if not any(line.startswith("[") and _frame_after_prefix(line) for line in lines):
+        return lines, None
+    out: list[str] = []
+    inside = False  # after a traceback's head, until a prefixed line that is no part of it
+    message = ""  # after the exception line: the prefix its message's further lines carry too
+    for line in lines:
+        if "Traceback (most recent call last):" in line:
+            inside = True
+        m = _SGLANG_PREFIX.match(line) if line.startswith("[") else None
+        if m is None:
+            out.append(line)
+            message = message if line.strip() else ""
+            continue
+        body = line[m.end() :]
+        if (
+            body.startswith("Traceback (most recent call last):")
+            or _INNER.match(body)
+            or (inside and _TYPE_LINE.match(body))
+        ):
+            out.append(body if body.strip() else "")
+            message = m.group(0) if inside and body.strip() and _TYPE_LINE.match(body) else ""
+            continue
+        if message and m.group(0) == message and body.strip():
+            out.append(body)  # a further line of the exception's message, stamped like its first line
+            continue
+        message = ""
+        if "Traceback (most recent call last):" not in body:
+            inside = False
+        out.append(line)
+    return out, "removed the log prefix repeated on every line of a traceback"
+
+
+def _frame_after_prefix(line: str) -> bool:
+    m = _SGLANG_PREFIX.match(line)
+    return m is not None and line[m.end() :].lstrip().startswith('File "')
 
 
 def _strip_column(lines: list[str], pids: list[int]) -> tuple[list[str], list[int], str | None]:
@@ -217,6 +338,17 @@ def lone_exception(lines: list[LogLine]) -> int | None:
         if _LONE_EXCEPTION.match(text.strip()):
             found = i
     return found
+
+
+def _router_lines(raw: list[str], pids: list[int]) -> Iterator[LogLine]:
+    """The router's records, each a line of its text form with its time (JSON records written back as text);
+    other lines (a Python traceback of the launcher that started it) as they are."""
+    for line, pid in zip(raw, pids, strict=True):
+        record = parse_router_line(line)
+        if record is None:
+            yield LogLine(PASTED_UNIT, pid, line)
+        else:
+            yield LogLine(PASTED_UNIT, pid, record.text, record.timestamp)
 
 
 def _timestamp(fmt: str, raw: str) -> float:

@@ -19,6 +19,7 @@ from crashdoc.remedy.actions.collective import collective_timeout_action, gloo_t
 from crashdoc.remedy.actions.common import Action, Inputs
 from crashdoc.remedy.actions.environment import missing_package_action, version_action
 from crashdoc.remedy.actions.faults import kernel_fault_action
+from crashdoc.remedy.actions.hicache import host_pool_action
 from crashdoc.remedy.actions.memory import (
     graph_capture_action,
     memory_fraction_action,
@@ -26,6 +27,8 @@ from crashdoc.remedy.actions.memory import (
     parse_oom,
     weight_load_action,
 )
+from crashdoc.remedy.actions.parallel import fp8_block_action, moe_block_action, pd_tp_action, tp_above_gpus_action
+from crashdoc.remedy.actions.pools import fraction_up_action, req_slots_action, token_pool_action
 
 __all__ = ["Action", "Inputs", "apply_action", "compute", "refine"]
 
@@ -88,12 +91,41 @@ def compute(inputs: Inputs, signature: str | None, captures: Mapping[str, str]) 
         return missing_package_action(inputs, captures)
     if signature in _VERSIONS:
         return version_action(inputs, captures)
+    return _runtime(inputs, signature, captures)
+
+
+_TOKEN_POOLS = ("runtime-decode-oom", "runtime-token-slots-oom", "runtime-prefill-oom")
+_PD_TP = ("pd-tp-size-mismatch", "pd-attn-tp-mismatch")
+
+
+def _runtime(inputs: Inputs, signature: str, captures: Mapping[str, str]) -> Action | None:
+    """The runtime families of parallel layouts, pools and host memory (parallel, pools, hicache)."""
+    if signature == "tp-size-above-visible-gpus":
+        return tp_above_gpus_action(inputs)
+    if signature == "fp8-block-size-vs-tp":
+        return fp8_block_action(inputs, captures)
+    if signature == "quant-moe-block-size-vs-tp-ep":
+        return moe_block_action(inputs, captures)
+    if signature in _PD_TP:
+        both = {
+            "prefill": captures.get("prefill") or captures.get("prefill2", ""),
+            "decode": captures.get("decode") or captures.get("decode2", ""),
+        }
+        return pd_tp_action(inputs, both)
+    if signature in _TOKEN_POOLS:
+        return token_pool_action(inputs, signature)
+    if signature == "runtime-req-slots-oom":
+        return req_slots_action(inputs)
+    if signature == "hicache-host-memory-short":
+        return host_pool_action(inputs, captures)
+    if signature == "kv-pool-not-enough-memory":
+        return fraction_up_action(inputs, dict(captures))
     return None
 
 
 def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
     """`diagnosis.report.FixRefiner`: replace the signature's template fix with the computed one."""
-    inputs = Inputs(finding, ctx.facts.flags, ctx.invocation)
+    inputs = Inputs(finding, ctx.facts.flags, ctx.invocation, ctx.peers, ctx.unit)
     captures = finding.match.captures if finding.match else {}
     action = compute(inputs, finding.signature_id, captures)
     if action is None:

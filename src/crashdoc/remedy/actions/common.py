@@ -41,6 +41,8 @@ class Inputs:
     finding: Finding
     flags: Mapping[str, str]
     run: Run | None
+    peers: tuple[tuple[str, Mapping[str, str]], ...] = ()  # the other watched units and their flags
+    unit: str = ""
 
     @property
     def traceback(self) -> Traceback | None:
@@ -52,14 +54,15 @@ class Inputs:
 
     @property
     def ranks(self) -> int:
-        """The number of TP ranks the log shows (0 when it shows none)."""
+        """The number of TP ranks the log shows (0 when it shows none): as many as the highest rank seen says
+        there are (a paste of TP3's traceback alone shows four ranks)."""
         seen: set[str] = set()
         for m in self.markers:
             seen.update(_TP_RANK.findall(m.rank))
         if self.run is not None:
             for tb in self.run.tracebacks:
                 seen.update(_TP_RANK.findall(tb.rank))
-        return len(seen)
+        return max(int(n) for n in seen) + 1 if seen else 0
 
     def tp_size(self) -> tuple[int, str]:
         tp = as_int(self.flags.get("--tp-size"))
@@ -69,6 +72,21 @@ class Inputs:
         if ranks:
             return ranks, f"{ranks} TP rank{'s' if ranks > 1 else ''} in the log"
         return 1, "no --tp-size known: 1 assumed"
+
+    def int_flag(self, flag: str, default: int) -> int:
+        value = as_int(self.flags.get(flag))
+        return value if value is not None and value > 0 else default
+
+    def rank_numbers(self, kind: str = "TP") -> set[int]:
+        """The rank numbers (TPn) the run's markers and tracebacks show."""
+        seen: set[int] = set()
+        pattern = re.compile(rf"\b{kind}(\d+)\b")
+        for m in self.markers:
+            seen.update(int(n) for n in pattern.findall(m.rank))
+        if self.run is not None:
+            for tb in self.run.tracebacks:
+                seen.update(int(n) for n in pattern.findall(tb.rank))
+        return seen
 
     def frames(self) -> list[Frame]:
         tb = self.traceback
