@@ -24,7 +24,7 @@ test: setup-test
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/crashdoc signatures lint
-	$(BIN)/pytest -q
+	$(BIN)/python -m pytest -q  # -m: the checkout on sys.path, for the tests of bench/
 
 setup: $(VENV)/.installed-run
 
