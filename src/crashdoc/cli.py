@@ -1,7 +1,7 @@
 """The `crashdoc` command line: argument parsing and a dispatch table, nothing else.
 
 Defaults named in help texts are the configuration's (crashdoc.config), written out here so that `explain`
-does not import it to start; tests/unit/test_cli.py keeps the two the same.
+does not import it to start; tests/unit/test_exit_status.py keeps the two the same.
 """
 
 from __future__ import annotations
