@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.sandbox.systemd import WORKDIR_PARENT, traces_of
+from crashdoc.sandbox.systemd import traces_of
 from support.demo_output import EXCERPT_MARK, FULL_MARK, check_one_ratio, mask, readme_block
 from support.e2e import PATIENCE, free_port, wait_for
 
@@ -121,7 +121,6 @@ def test_make_run_ends_with_0_when_ctrl_c_is_pressed_at_its_terminal() -> None:
         pytest.skip("make is not installed")
     if subprocess.run(["make", "-q", "-C", str(ROOT), ".venv/.installed-run"], capture_output=True).returncode != 0:
         pytest.skip(f"{ROOT}/.venv is not set up by `make setup` (tests run from another venv)")
-    before = _sandbox_folders()
     master, slave = pty.openpty()
     proc = subprocess.Popen(
         ["make", "--no-print-directory", "-C", str(ROOT), "run", f"ARGS=--listen 127.0.0.1:{free_port()}"],
@@ -134,6 +133,8 @@ def test_make_run_ends_with_0_when_ctrl_c_is_pressed_at_its_terminal() -> None:
     seen = _read_until(master, proc, PROMPT)
     try:
         assert PROMPT in seen, seen
+        [demo] = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()  # make's child: the demo
+        assert traces_of(int(demo)), "the running demo's sandbox folder and cgroups should exist"
         os.write(master, b"\x03")  # Ctrl-C, as the terminal's line discipline sends it
         seen += _read_until(master, proc, None)
         code = proc.wait(60 * PATIENCE)
@@ -143,7 +144,7 @@ def test_make_run_ends_with_0_when_ctrl_c_is_pressed_at_its_terminal() -> None:
         os.close(master)
     assert code == 0, seen[-3000:]
     assert "stopped: the sandbox and its folder are removed." in seen and "make: ***" not in seen, seen[-3000:]
-    assert _sandbox_folders() <= before
+    assert traces_of(int(demo)) == []
 
 
 def test_the_demo_boots_from_a_checkout_under_tmp() -> None:
@@ -176,10 +177,6 @@ def test_the_demo_boots_from_a_checkout_under_tmp() -> None:
 def _in_order(needles: list[str], haystack: list[str]) -> bool:
     rest = iter(haystack)
     return all(any(line == needle for line in rest) for needle in needles)
-
-
-def _sandbox_folders() -> set[str]:
-    return {p.name for p in WORKDIR_PARENT.glob("crashdoc-sandbox-*")}
 
 
 def _terminal_of_its_own() -> None:

@@ -91,7 +91,9 @@ def test_prometheus_scrapes_over_tls_client_certificates_are_enforced_and_a_rene
                 cd,
             )
             print(f"\nclient certificate of another CA: {refused['lastError']}")
-            assert "tls" in refused["lastError"].lower() or "certificate" in refused["lastError"], refused
+            # refused in the handshake: the TLS alert, or on a loaded host a reset that overtakes it
+            said = refused["lastError"].lower()
+            assert any(w in said for w in ("tls", "certificate", "connection reset by peer")), refused
             for client_cert in (other.client("intruder"), None):
                 with pytest.raises(OSError):  # ssl.SSLError or a reset: no HTTP answer at all
                     https_get(port, "/metrics", ca_file=pki.ca_file, auth=(USER, PASSWORD), client_cert=client_cert)

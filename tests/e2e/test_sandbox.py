@@ -395,7 +395,7 @@ def test_paths_under_tmp_to_bind_back_are_the_outermost_real_ones(tmp_path: Path
     checkout = tmp_path / "clone"
     (checkout / ".venv" / "bin").mkdir(parents=True)
     (checkout / "src" / "crashdoc").mkdir(parents=True)
-    (checkout / ".venv" / "bin" / "python").symlink_to(sys.executable)
+    (checkout / ".venv" / "bin" / "python").symlink_to("/bin/sh")  # an interpreter outside /tmp
     link = tmp_path / "latest"
     link.symlink_to(checkout)
     binds, links = tmp_mounts(
@@ -403,7 +403,7 @@ def test_paths_under_tmp_to_bind_back_are_the_outermost_real_ones(tmp_path: Path
     )
     real = checkout.resolve()
     assert binds == [real] and links == [(link.resolve().parent / "latest", str(checkout))]
-    assert tmp_mounts([Path(sys.executable)]) == ([], [])  # nothing under /tmp: nothing to do
+    assert tmp_mounts([Path("/bin/sh"), "/var/tmp"]) == ([], [])  # nothing under /tmp: nothing to do
     with pytest.raises(SandboxError, match="newline"):
         odd = tmp_path / "a\nb"
         odd.mkdir()
