@@ -187,20 +187,20 @@ def test_explain_options(tmp_path: Path) -> None:
     log = tmp_path / "crash.log"
     log.write_text(traceback_log(MESSAGE))
     r = crashdoc("explain", "--json", "--sglang-source", str(site / "sglang"), str(log))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     (d,) = json.loads(r.stdout)["diagnoses"]
     assert (d["sglang_version"], d["derived"], d["version_note"]) == ("0.5.95", True, None)
     assert d["sglang_version_from"] == f"--sglang-source {site / 'sglang'}"
     assert any("0.5.95" in e for e in d["evidence"])
 
     r = crashdoc("explain", "--sglang-version", "0.5.10", str(log))
-    assert r.returncode == 0 and "  sglang: 0.5.10 (from --sglang-version)" in r.stdout
+    assert r.returncode == 1 and "  sglang: 0.5.10 (from --sglang-version)" in r.stdout
     assert "version: this check exists in " in r.stdout and "the unit runs 0.5.10" in r.stdout
 
     r = crashdoc("explain", "--sglang-source", str(tmp_path / "nowhere"), str(log))
-    assert r.returncode != 0 and r.stderr.strip().endswith("no such file or folder") and "Traceback" not in r.stderr
+    assert r.returncode == 4 and r.stderr.strip().endswith("no such file or folder") and "Traceback" not in r.stderr
     r = crashdoc("explain", "--sglang-version", "newest", str(log))
-    assert r.returncode != 0 and "--sglang-version 'newest'" in r.stderr
+    assert r.returncode == 2 and "--sglang-version 'newest'" in r.stderr  # a malformed value: usage
 
 
 def test_state_with_a_derived_answer_is_saved_and_restored() -> None:
@@ -253,7 +253,7 @@ def test_diagnose_journal_files_does_not_read_this_hosts_disk(tmp_path: Path) ->
     entries.append(pid1(f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", EXIT_CODE="exited"))
     journal = write_journal(tmp_path, entries)
     r = crashdoc("diagnose", "--file", str(journal), "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     (d,) = json.loads(r.stdout)["diagnoses"]
     assert d["sglang_version"] is None
     r = crashdoc("diagnose", "--file", str(journal), "--json", "--sglang-version", "0.5.12")

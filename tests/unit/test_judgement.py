@@ -76,8 +76,10 @@ def explain(tmp_path: Path, text: str, *, as_json: bool = True) -> Any:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = main(["explain", *(["--json"] if as_json else []), str(path)])
-    assert status == 0
-    return json.loads(out.getvalue()) if as_json else out.getvalue()
+    result = json.loads(out.getvalue()) if as_json else out.getvalue()
+    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
+    assert status == (1 if failed else 0)  # the exit status scripts read: 1 a failure found, 0 none
+    return result
 
 
 # --- pasted logs in every shape ------------------------------------------------------------------------------
@@ -415,7 +417,7 @@ def test_diagnose_file_reads_a_pasted_log_like_explain(tmp_path: Path) -> None:
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
         status = main(["diagnose", "--json", "--file", str(path)])
-    assert status == 0
+    assert status == 1  # a failure found
     assert err.getvalue() == f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)\n"
     [d] = json.loads(out.getvalue())["diagnoses"]
     assert (d["root_cause"]["line"], d["subsystem"]) == (IMA_LINE, "cuda-graph")

@@ -39,8 +39,11 @@ def explain(tmp_path: Path, text: str, *, as_json: bool = True) -> Any:
     path.write_text(text, encoding="utf-8")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["explain", *(["--json"] if as_json else []), str(path)]) == 0
-    return json.loads(out.getvalue()) if as_json else out.getvalue()
+        status = main(["explain", *(["--json"] if as_json else []), str(path)])
+    result = json.loads(out.getvalue()) if as_json else out.getvalue()
+    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
+    assert status == (1 if failed else 0)  # the exit status scripts read: 1 a failure found, 0 none
+    return result
 
 
 def first(tmp_path: Path, text: str) -> dict[str, Any]:

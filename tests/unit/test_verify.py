@@ -261,8 +261,10 @@ def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> 
 def _diagnose(args: list[str]) -> list[dict[str, Any]]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["diagnose", *args, "--json"]) == 0
-    return list(json.loads(out.getvalue())["diagnoses"])
+        status = main(["diagnose", *args, "--json"])
+    diagnoses = list(json.loads(out.getvalue())["diagnoses"])
+    assert status == (1 if diagnoses else 0)
+    return diagnoses
 
 
 def test_diagnose_checks_each_distinct_corrected_command_once(tmp_path: Path) -> None:

@@ -14,7 +14,7 @@ from pathlib import Path
 
 from crashdoc.diagnosis.engine import Engine, feed
 from crashdoc.diagnosis.report import DiagnosisBuilder
-from crashdoc.errors import UserError
+from crashdoc.errors import UsageError, UserError
 from crashdoc.events import Diagnosis, Thresholds
 from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
@@ -48,7 +48,7 @@ def release_option(version: str | None) -> tuple[str, str] | None:
     if version is None:
         return None
     if not re.fullmatch(r"\d+(?:\.\d+){1,3}(?:(?:\.?(?:post|rc|dev|a|b))\d*)*(?:\+[\w.]+)?", version):
-        raise UserError(f"--sglang-version {version!r}: expected a release such as 0.5.23 or 0.5.10.post1")
+        raise UsageError(f"--sglang-version {version!r}: expected a release such as 0.5.23 or 0.5.10.post1")
     return version, "--sglang-version"
 
 

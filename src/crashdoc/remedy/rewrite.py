@@ -35,6 +35,19 @@ def change_values(value: str | None) -> tuple[str, ...]:
     return (value,)
 
 
+def reads_as_option(value: str) -> bool:
+    """argparse takes a word that starts with `-` (`--tp-size`, `-x`, `-1h`) for an option, unless it is `-` or a
+    negative number: such a value must be written `--flag=value` to stay the flag's one literal word."""
+    return value.startswith("-") and value != "-" and not _NUMBER.fullmatch(value)
+
+
+def flag_words(flag: str, values: tuple[str, ...]) -> tuple[str, ...]:
+    """The words of `flag values` on a command line: `--flag=value` when the value reads as an option."""
+    if len(values) == 1 and reads_as_option(values[0]):
+        return (f"{flag}={values[0]}",)
+    return (flag, *values)
+
+
 _ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*")
 
 
@@ -48,6 +61,8 @@ def describe(change: FlagChange) -> str:
     if is_environment(change.flag):
         return f"unset {change.flag}" if change.action == "remove" else f"{change.flag}={change.value or ''}"
     value = "" if change.value is None else f" {change.value}"
+    if change.value is not None and reads_as_option(change.value):
+        value = f"={change.value}"
     if change.action == "replace":
         return f"{change.flag} -> {change.new_flag or change.flag}{value}"
     if change.action == "remove":
@@ -111,7 +126,7 @@ def _plan(inv: LaunchCommand, change: FlagChange) -> tuple[list[_Op], list[str]]
         if occurrences:
             notes.append(f"{flag} is already in the command: left as it is.")
         else:
-            ops.append(_Insert(len(inv.words) - 1, (flag, *values), group=True))
+            ops.append(_Insert(len(inv.words) - 1, flag_words(flag, values), group=True))
     elif change.action == "set":
         ops += _set(inv, flag, values)
     else:
@@ -143,7 +158,7 @@ def _plan_environment(inv: LaunchCommand, change: FlagChange) -> tuple[list[_Op]
 def _set(inv: LaunchCommand, flag: str, values: tuple[str, ...]) -> list[_Op]:
     found = inv.occurrences(*spellings(flag))
     if not found:
-        return [_Insert(len(inv.words) - 1, (flag, *values), group=True)]
+        return [_Insert(len(inv.words) - 1, flag_words(flag, values), group=True)]
     # keep the spelling the script already uses (`--tp 8` stays `--tp`)
     return [*(_drop(f) for f in found[:-1]), *_rewrite(found[-1], found[-1].name, values)]
 
@@ -154,6 +169,11 @@ def _drop(f: Flag) -> _Delete:
 
 def _rewrite(f: Flag, name: str, values: tuple[str, ...]) -> list[_Op]:
     """Edit one occurrence in place so that it reads `name values`, touching as few words as possible."""
+    if len(values) == 1 and reads_as_option(values[0]):  # one word, `--flag=--value`, or argparse misreads it
+        if f.inline and (f.name, f.values) == (name, values):
+            return []
+        inline: list[_Op] = [_Replace(f.index, flag_words(name, values))]
+        return [*inline, _Delete(f.index + 1, f.index + f.nwords - 1)] if f.nwords > 1 else inline
     if f.inline:
         if len(values) > 1:
             return [_Replace(f.index, (name, *values))]
@@ -411,6 +431,6 @@ def _verify(inv: LaunchCommand, changes: Sequence[FlagChange]) -> list[str]:
     for flag, want in final.items():
         got = inv.values(*spellings(flag))
         if got != want:
-            shown = "absent" if want is None else " ".join((flag, *want))
+            shown = "absent" if want is None else " ".join(flag_words(flag, want))
             notes.append(f"after the edit, {flag} should be {shown} but reads {got!r}: check the command.")
     return notes

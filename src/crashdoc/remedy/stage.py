@@ -26,6 +26,7 @@ from crashdoc.redact import redact
 
 if TYPE_CHECKING:  # imported where used: `explain` (no unit on disk) loads none of them
     from crashdoc.remedy.commandline import Reader
+    from crashdoc.remedy.safety import SafeFix
     from crashdoc.remedy.verify import Runner
 
 PARALLEL = 4  # `diagnose`: SGLang checks at once (each child spends seconds importing SGLang)
@@ -65,8 +66,14 @@ class RemedyStage:
         from crashdoc.remedy.fix import synthesize_fix
 
         fix = replace(d.fix, warnings=list(d.fix.warnings))
-        if target.safety:
-            fix.warnings.extend(fix_safety(target, fix.changes, read=self._read, root=self._root))
+        if target.safety:  # one truth: the changes, summary and command carry a value the check accepts
+            checked = fix_safety(
+                target, fix.changes, fix.summary, release=d.sglang_release or "", read=self._read, root=self._root
+            )
+            fix = replace(fix, changes=list(checked.changes), summary=checked.summary or fix.summary)
+            fix.warnings.extend([redact(" ".join(checked.sentences))] if checked.sentences else [])
+            if not fix.changes:
+                return replace(d, fix=fix)
         if not target.cmdline:
             fix.warnings.append(NO_COMMAND)
             return replace(d, fix=fix)
@@ -134,24 +141,34 @@ def with_verified(d: Diagnosis, verified: str | None) -> Diagnosis:
     return replace(d, fix=replace(d.fix, verified=verified))
 
 
-def fix_safety(target: FixTarget, changes: Sequence[FlagChange], *, read: Reader, root: Path = Path("/")) -> list[str]:
-    """The signature's safety check as one warning: the pool size from the run's start-up lines, the ranks
-    and any numactl from the unit's command, the NUMA settings systemd reported, the memory from `root`."""
+def fix_safety(
+    target: FixTarget,
+    changes: Sequence[FlagChange],
+    summary: str,
+    *,
+    release: str,
+    read: Reader,
+    root: Path = Path("/"),
+) -> SafeFix:
+    """The signature's safety check on the fix: the pool size from the run's start-up lines, the ranks and any
+    numactl from the unit's command, the NUMA settings systemd reported, the memory from `root`, and what the
+    unit's SGLang release does itself (auto-sizing)."""
     from crashdoc.remedy.commandline import find_invocation
-    from crashdoc.remedy.safety import safety_warnings
+    from crashdoc.remedy.safety import safe_fix
 
     inv = find_invocation(target.cmdline, read).invocation if target.cmdline else None
-    sentences = safety_warnings(
+    return safe_fix(
         target.safety,
-        ratio=_ratio_set_by(changes),
+        changes,
+        summary,
         lines=kv_cache_lines(target),
         inv=inv,
+        release=release,
         numa_policy=target.numa_policy,
         numa_mask=target.numa_mask,
         cpu_affinity=target.cpu_affinity,
         root=root,
     )
-    return [redact(" ".join(sentences))] if sentences else []
 
 
 def kv_cache_lines(target: FixTarget) -> list[str]:
@@ -159,15 +176,3 @@ def kv_cache_lines(target: FixTarget) -> list[str]:
     SGLang's rank prefix; each scheduler rank is its own process, so the PID stands in for the rank (otherwise
     the ranks' pools would be added up as if they were one rank's)."""
     return [f"[1970-01-01 00:00:00 PID{pid}] {text}" for pid, text in target.kv_cache]
-
-
-def _ratio_set_by(changes: Sequence[FlagChange]) -> float | None:
-    """The --hicache-ratio the fix sets; None when it sets none (the command's, or SGLang's default, holds)."""
-    for change in reversed(changes):
-        target = change.new_flag if change.action == "replace" and change.new_flag else change.flag
-        if target == "--hicache-ratio" and change.action != "remove" and change.value:
-            try:
-                return float(change.value)
-            except ValueError:
-                return None
-    return None
