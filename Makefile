@@ -24,7 +24,7 @@ test: setup-test sglang-env
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/crashdoc signatures lint
-	$(BIN)/pytest -q
+	$(BIN)/python -m pytest -q  # -m: the checkout on sys.path, for the tests of bench/
 
 setup: $(VENV)/.installed-run
 
@@ -36,6 +36,7 @@ $(VENV)/.installed-run: pyproject.toml
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e .
 	@touch $@
+	@echo "crashdoc is installed: $(BIN)/crashdoc (. $(BIN)/activate puts it on PATH)"
 
 $(VENV)/.installed-test: pyproject.toml $(VENV)/.installed-run
 	@./scripts/install-debs.sh $(TEST_DEBS)

@@ -19,8 +19,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from crashdoc.authoring.hostrelease import derive_in_child, derived_for
-from crashdoc.remedy.fixes import unit_flags
-from crashdoc.remedy.release import unit_release
+from crashdoc.remedy.launch import unit_flags
+from crashdoc.remedy.release import unit_install
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -52,7 +52,7 @@ def main(argv: list[str]) -> int:
         script.write_text(f"#!/bin/bash\nsource {work}/venv/bin/activate\nexec python -m sglang.launch_server --tp 8\n")
         argv_ = (str(script),)
         flags = per_call(lambda: unit_flags(argv_))
-        release = per_call(lambda: unit_release(argv_))
+        release = per_call(lambda: unit_install(argv_))
         print(
             f"release of a unit        {release * 1e3:8.3f} ms   flags of the same unit {flags * 1e3:8.3f} ms"
             f"   ratio {release / flags:5.2f}"

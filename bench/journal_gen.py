@@ -9,6 +9,8 @@ What it holds (per 1000 entries, on average):
   KV cache, CUDA graph, "The server is fired up and ready to roll!") under new PIDs.
 - sglang-router.service (~10%): sgl-router request lines, ~10% of them 503/429.
 - Noisy neighbours (~45%): kubelet (klog), containerd (logfmt), nginx ([warn]).
+  `--watched 0.1` (`build(..., watched=0.1)`) makes the SGLang units a tenth of the entries and the
+  neighbours the rest, in the same proportions among themselves (the default, 0.55, is the mix above).
 - About every 20k entries one SGLang unit crashes with a real SGLang error: the traceback of one of
   the library's signature examples (every TP rank for a scheduler error), the launcher's SIGQUIT
   line, then PID 1's records with their real fields and MESSAGE_IDs (exited, failed, consumed,
@@ -37,6 +39,7 @@ from pathlib import Path
 from bench.common import DATA, JOURNAL_REMOTE, load_bench_library, log
 
 VERSION = 3
+WATCHED = 0.55  # the SGLang units' share of the entries (prefill 0.20, decode 0.25, router 0.10)
 HOST = "gpu-node-17"
 MODEL = "deepseek-ai/DeepSeek-V4-Flash"
 PYTHON_EXE = "/opt/sglang/venv/bin/python3.11"
@@ -142,8 +145,10 @@ class Generator:
         boot_id: str,
         rate: float = 1000.0,
         crash_every: tuple[int, int] = (14_000, 26_000),
+        watched: float = WATCHED,
     ) -> None:
         self.crash_every = crash_every
+        self.watched = watched
         self.entries = entries
         self.rng = random.Random(seed)
         random.seed(seed)
@@ -609,6 +614,13 @@ class Generator:
             )
         next_crash = int(rng.uniform(*self.crash_every))
         rnd = rng.random
+        w = self.watched
+        if w != WATCHED:  # the SGLang units get [0, w) of the draws, the neighbours the rest, each mix unchanged
+
+            def rnd() -> float:
+                x = rng.random()
+                return x * WATCHED / w if x < w else WATCHED + (x - w) * (1 - WATCHED) / (1 - w)
+
         while self.written < self.entries:
             if self.written >= next_crash and self.written + 200 < self.entries:
                 self._crash(out, rng.choice(self.servers))
@@ -656,19 +668,26 @@ def build(
     folder: Path | None = None,
     force: bool = False,
     crash_every: tuple[int, int] = (14_000, 26_000),
+    watched: float = WATCHED,
 ) -> JournalSet:
-    """The journal of `entries` entries (a crash every `crash_every` entries), generated once and cached."""
+    """The journal of `entries` entries (a crash every `crash_every` entries, the SGLang units `watched` of
+    them), generated once and cached."""
     if JOURNAL_REMOTE is None:
         raise RuntimeError("systemd-journal-remote is missing: scripts/install-debs.sh systemd-journal-remote")
-    folder = folder or DATA / f"journal-{entries}-s{seed}-v{VERSION}"
+    share = "" if watched == WATCHED else f"-w{round(watched * 100)}"
+    folder = folder or DATA / f"journal-{entries}-s{seed}-v{VERSION}{share}"
     meta_path = folder / "meta.json"
     if meta_path.exists() and not force:
         meta = json.loads(meta_path.read_text())
-        if meta.get("boot_id") == boot_id() and meta.get("crash_every", [14_000, 26_000]) == list(crash_every):
+        if (
+            meta.get("boot_id") == boot_id()
+            and meta.get("crash_every", [14_000, 26_000]) == list(crash_every)
+            and meta.get("watched", WATCHED) == watched
+        ):
             return JournalSet(folder, sorted(folder.glob("*.journal")), meta)
     shutil.rmtree(folder, ignore_errors=True)
     folder.mkdir(parents=True)
-    gen = Generator(entries, seed, boot_id(), crash_every=crash_every)
+    gen = Generator(entries, seed, boot_id(), crash_every=crash_every, watched=watched)
     log(f"generating {entries:,} journal entries into {folder} (systemd-journal-remote) ...")
     started = time.monotonic()
     remote = subprocess.Popen(
@@ -693,6 +712,7 @@ def build(
         "by_unit": gen.counts,
         "crashes": gen.crashes,
         "crash_every": list(crash_every),
+        "watched": watched,
         "files": len(files),
         "bytes": sum(f.stat().st_size for f in files),
         "seconds": round(time.monotonic() - started, 1),
@@ -711,12 +731,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--seed", type=int, default=7)
     p.add_argument("--out", type=Path, help="folder (default: bench/data/journal-N-sSEED-vV)")
     p.add_argument("--export", action="store_true", help="write the export stream to stdout instead")
+    p.add_argument("--watched", type=float, default=WATCHED, help="the SGLang units' share of the entries")
     p.add_argument("--force", action="store_true")
     a = p.parse_args(argv)
     if a.export:
-        Generator(a.entries, a.seed, boot_id()).generate(sys.stdout.buffer)
+        Generator(a.entries, a.seed, boot_id(), watched=a.watched).generate(sys.stdout.buffer)
         return 0
-    js = build(a.entries, a.seed, a.out, a.force)
+    js = build(a.entries, a.seed, a.out, a.force, watched=a.watched)
     print(js.folder)
     return 0
 

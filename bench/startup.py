@@ -24,7 +24,7 @@ from pathlib import Path
 
 from bench.common import CRASHDOC, PYTHON, ROOT, Results, bytecode_env, log, median
 
-TARGET_MS = 150.0
+TARGET_MS = 80.0  # issue 26 (150 ms in issue 15)
 ONE_LINE = "[2026-12-01 10:00:00 TP0] Decode batch, #running-req: 12, #token: 40312, token usage: 0.21\n"
 
 
@@ -44,7 +44,7 @@ def _time(argv: list[str], env: dict[str, str], case: str = "") -> float:
     out = subprocess.run(argv, capture_output=True, text=True, env=env, cwd=ROOT)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
-    if out.returncode != 0:
+    if out.returncode not in (0, 1):  # 1: a failure found (diagnose, explain)
         raise RuntimeError(f"{' '.join(argv[2:])} failed ({out.returncode}): {out.stderr[-1000:]}")
     if case:
         CPU.setdefault(case, []).append(after.ru_utime - before.ru_utime + after.ru_stime - before.ru_stime)

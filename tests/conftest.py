@@ -2,19 +2,32 @@
 
 Tests marked ``@pytest.mark.sandbox`` boot real private systemds (``crashdoc.sandbox``); they are
 skipped, with the reason, where that cannot work (not root, no unshare/nsenter, no systemd).
+
+Property tests (hypothesis) draw the same cases on every run: the "repeatable" profile derandomizes them (a
+seed derived from each test) and keeps no example database, so `make test` never turns red by chance. Every
+case they ever found is an explicit ``@example`` of its test. ``CRASHDOC_HYPOTHESIS=explore`` draws new cases
+(and keeps the ones that fail in ``.hypothesis/``) for a hunt outside `make test`; add what it finds as an
+``@example`` and fix the code.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 
 import pytest
+from hypothesis import settings
 
 from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir, unavailable_reason
+from support.e2e import PATIENCE
 from support.golden import Golden
 from support.sandboxes import SandboxFactory
+
+settings.register_profile("repeatable", derandomize=True, database=None, print_blob=True)
+settings.register_profile("explore", derandomize=False, print_blob=True)
+settings.load_profile(os.environ.get("CRASHDOC_HYPOTHESIS", "repeatable"))
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -53,8 +66,9 @@ def sandbox_workdir() -> Iterator[Path]:
 
 @pytest.fixture
 def sandbox_factory() -> Iterator[SandboxFactory]:
-    """``make(units, workdir=None, start_units=None, timeout=30)`` boots a private systemd; every
-    sandbox made through it is stopped when the test ends, whatever happened."""
+    """``make(units, workdir=None, start_units=None, timeout=30, visible=())`` boots a private systemd; every
+    sandbox made through it is stopped when the test ends, whatever happened. The boot's bound is scaled by
+    CRASHDOC_TEST_PATIENCE like every wait (a loaded host boots slowly)."""
     booted: list[PrivateSystemd] = []
 
     def make(
@@ -63,10 +77,11 @@ def sandbox_factory() -> Iterator[SandboxFactory]:
         workdir: Path | None = None,
         start_units: Sequence[str] | None = None,
         timeout: float = 30.0,
+        visible: Sequence[Path] = (),
     ) -> PrivateSystemd:
-        sandbox = PrivateSystemd(units, workdir, start_units=start_units)
+        sandbox = PrivateSystemd(units, workdir, start_units=start_units, visible=visible)
         booted.append(sandbox)
-        return sandbox.start(timeout=timeout)
+        return sandbox.start(timeout=timeout * PATIENCE)
 
     try:
         yield make

@@ -1,4 +1,8 @@
-"""The `crashdoc` command line: argument parsing and a dispatch table, nothing else."""
+"""The `crashdoc` command line: argument parsing and a dispatch table, nothing else.
+
+Defaults named in help texts are the configuration's (crashdoc.config), written out here so that `explain`
+does not import it to start; tests/unit/test_exit_status.py keeps the two the same.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +12,7 @@ import sys
 from collections.abc import Sequence
 
 from crashdoc import __version__
-from crashdoc.errors import EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UserError
+from crashdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UserError
 
 # subcommand -> module in crashdoc.commands with a `main(args)`; imported only when chosen, so that
 # `explain` does not pay for the daemon's imports
@@ -22,6 +26,19 @@ COMMANDS: dict[str, str] = {
     "runbooks": "runbooks",
 }
 
+DEFAULT_LISTEN = "127.0.0.1:10247"  # crashdoc.config.DEFAULT_LISTEN
+DEFAULT_STATE_DIRECTORY = "/var/lib/crashdoc"  # crashdoc.config.DEFAULT_STATE_DIRECTORY
+DEFAULT_UNITS = "sglang*.service"  # crashdoc.config.Config().units
+
+EXIT_STATUS = """exit status (diagnose, explain; several inputs: the highest applies):
+  0  read something, no failure found (warnings of tracebacks SGLang survived allowed)
+  1  a failure found
+  2  usage: an unknown option or a malformed value
+  3  nothing read: an empty, binary, missing or unreadable input, a journal without entries of the units
+     asked for (the reason on stderr and in the JSON's "problems")
+  4  could not run: invalid configuration or signature library, broken installation
+  130  interrupted (Ctrl-C)"""
+
 
 def _library_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
@@ -29,7 +46,7 @@ def _library_args(parser: argparse.ArgumentParser) -> None:
         metavar="DIR",
         action="append",
         default=None,
-        help="signature folder to use instead of the built-in library (repeatable)",
+        help="signature folder to use instead of the built-in library (repeatable; default: the built-in library)",
     )
 
 
@@ -42,7 +59,8 @@ def _release_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--sglang-source",
         metavar="DIR|WHEEL",
-        help="derive signatures from this SGLang tree or wheel (read as files) and diagnose as its release",
+        help="derive signatures from this SGLang tree or wheel (read as files) and diagnose as its release "
+        "(default: the shipped derived signatures)",
     )
 
 
@@ -55,43 +73,100 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
 
     run = sub.add_parser("run", help="run the daemon (journal + D-Bus -> metrics, alerts, HTTP view)")
-    run.add_argument("--config", metavar="FILE", help="YAML configuration (defaults watch sglang*.service)")
-    run.add_argument("--listen", metavar="HOST:PORT", help="address for /metrics and the HTTP view")
-    run.add_argument("--alertmanager-url", metavar="URL", help="push alerts to this Alertmanager (API v2)")
+    run.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"YAML configuration (default: built-in defaults: watch {DEFAULT_UNITS}, listen on {DEFAULT_LISTEN})",
+    )
+    run.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        help=f"address for /metrics and the HTTP view (default: the configuration's listen, {DEFAULT_LISTEN})",
+    )
+    run.add_argument(
+        "--alertmanager-url", metavar="URL", help="push alerts to this Alertmanager (API v2) (default: no push)"
+    )
     run.add_argument(
         "--runbook-base-url",
         metavar="URL",
         help="the address at which on-call engineers reach this crashdoc, e.g. https://oncall.example.net/crashdoc: "
-        "alert links are URL/runbook/<signature> and URL/units/<unit> (a URL ending in /runbook is taken too)",
+        "alert links are URL/runbook/<signature> and URL/units/<unit> (a URL ending in /runbook is taken too) "
+        "(default: http(s)://<listen>)",
     )
     run.add_argument(
         "--web-config-file",
         metavar="FILE",
         help="TLS, client certificates and basic auth for every endpoint (exporter-toolkit's web config format); "
-        "a relative path is looked up in $CREDENTIALS_DIRECTORY when systemd's LoadCredential= sets it",
+        "a relative path is looked up in $CREDENTIALS_DIRECTORY when systemd's LoadCredential= sets it "
+        "(default: plain HTTP, no authentication)",
     )
-    run.add_argument("--state-directory", metavar="DIR", help="where the journal cursor is kept")
-    run.add_argument("--directory", metavar="DIR", help="follow journal files in DIR instead of the system journal")
+    run.add_argument(
+        "--state-directory",
+        metavar="DIR",
+        help=f"where the journal cursor and state are kept (default: $STATE_DIRECTORY under systemd, "
+        f"else {DEFAULT_STATE_DIRECTORY})",
+    )
+    run.add_argument(
+        "--directory",
+        metavar="DIR",
+        help="follow journal files in DIR instead of the system journal (default: the system journal)",
+    )
 
-    diagnose = sub.add_parser("diagnose", help="one-shot diagnosis from the host journal or journal files")
-    diagnose.add_argument("--unit", action="append", metavar="UNIT", help="unit name or glob (repeatable)")
-    diagnose.add_argument("--since", metavar="TIME", help="start here: a timestamp, or -1h / -30m / -2d")
+    diagnose = sub.add_parser(
+        "diagnose",
+        help="one-shot diagnosis from the host journal or journal files",
+        description="One-shot diagnosis of the SGLang units in the host journal (or copied journal files).",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    diagnose.add_argument(
+        "--unit",
+        action="append",
+        metavar="UNIT",
+        help=f"unit name or glob (repeatable; default: the configuration's units, {DEFAULT_UNITS})",
+    )
+    diagnose.add_argument(
+        "--since",
+        metavar="TIME",
+        help="start here: a timestamp, an epoch number, today, yesterday, or -1h / -30m / -2d "
+        "(default: 24 hours ago on the host journal, the first entry of journal files)",
+    )
     src = diagnose.add_mutually_exclusive_group()
-    src.add_argument("--directory", "-D", metavar="DIR", help="read journal files from DIR")
-    src.add_argument("--file", action="append", metavar="FILE", help="read this journal file (repeatable)")
-    diagnose.add_argument("--json", action="store_true", help="print JSON")
-    diagnose.add_argument("--config", metavar="FILE", help="YAML configuration (units, roles, thresholds)")
+    src.add_argument("--directory", "-D", metavar="DIR", help="read journal files from DIR (default: the host journal)")
+    src.add_argument(
+        "--file",
+        action="append",
+        metavar="FILE",
+        help="read this journal file (repeatable; text logs alone are read as pasted logs) (default: the host journal)",
+    )
+    diagnose.add_argument("--json", action="store_true", help="print JSON (default: text)")
+    diagnose.add_argument(
+        "--config",
+        metavar="FILE",
+        help=f"YAML configuration: units, roles, thresholds (default: built-in defaults, {DEFAULT_UNITS})",
+    )
     diagnose.add_argument(
         "--no-verify",
         action="store_true",
-        help="do not run the unit's SGLang on the corrected command to check its arguments",
+        help="do not run the unit's SGLang on the corrected command to check its arguments (default: run it)",
     )
     _library_args(diagnose)
     _release_args(diagnose)
 
-    explain = sub.add_parser("explain", help="diagnose pasted logs (plain, journalctl -o cat or -o short*)")
-    explain.add_argument("files", nargs="*", metavar="FILE", help="log files; `-` or nothing reads stdin")
-    explain.add_argument("--json", action="store_true", help="print JSON (one object per line for several files)")
+    explain = sub.add_parser(
+        "explain",
+        help="diagnose pasted logs (plain, journalctl -o cat or -o short*)",
+        description="Diagnose pasted logs: plain SGLang logs, journalctl -o cat or -o short*, and their shapes in "
+        "tickets and chats.",
+        epilog=EXIT_STATUS,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    explain.add_argument(
+        "files", nargs="*", metavar="FILE", help="log files; `-` reads standard input (default: standard input)"
+    )
+    explain.add_argument(
+        "--json", action="store_true", help="print JSON, one object per line for several files (default: text)"
+    )
     explain.add_argument(
         "--command",
         dest="launch_command",
@@ -101,61 +176,120 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--sglang-python",
         metavar="PATH",
-        help="an interpreter with the failing SGLang release: crashdoc runs its argument checks on each candidate fix",
+        help="an interpreter with the failing SGLang release: crashdoc runs its argument checks on each candidate "
+        "fix (default: none; candidates are ranked with the release's argument facts, not checked)",
     )
     _library_args(explain)
     _release_args(explain)
 
     demo = sub.add_parser("demo", help="boot a private systemd with crash-looping demo units and diagnose them")
-    demo.add_argument("--listen", metavar="HOST:PORT", default="127.0.0.1:10247")
-    demo.add_argument("--keep-running", action="store_true", help="keep the sandbox and daemon running")
+    demo.add_argument(
+        "--listen",
+        metavar="HOST:PORT",
+        default=DEFAULT_LISTEN,
+        help="address of the demo daemon's /metrics and HTTP view (default: %(default)s)",
+    )
+    demo.add_argument(
+        "--keep-running",
+        action="store_true",
+        help="keep the sandbox and daemon running until Ctrl-C or SIGTERM (default: stop after the diagnosis)",
+    )
 
     check = sub.add_parser("check-config", help="validate a configuration file")
-    check.add_argument("file", metavar="FILE")
+    check.add_argument("file", metavar="FILE", help="the YAML configuration to check")
 
     sigs = sub.add_parser("signatures", help="the signature library: list, test, lint, mine, derive")
     sigs_sub = sigs.add_subparsers(dest="action", metavar="ACTION")
     lst = sigs_sub.add_parser("list", help="id, category, severity, flags, source")
-    lst.add_argument("dirs", nargs="*", metavar="DIR")
-    lst.add_argument("--json", action="store_true")
+    lst.add_argument("dirs", nargs="*", metavar="DIR", help="signature folders (default: the built-in library)")
+    lst.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     for name, text in (("test", "run every example of every signature"), ("lint", "schema, regexes, ids, overlaps")):
         p = sigs_sub.add_parser(name, help=text)
-        p.add_argument("dirs", nargs="*", metavar="DIR")
+        p.add_argument("dirs", nargs="*", metavar="DIR", help="signature folders (default: the built-in library)")
     mine = sigs_sub.add_parser("mine", help="candidate signatures from an SGLang source tree or package")
-    mine.add_argument("path", metavar="PATH")
-    mine.add_argument("--out", metavar="DIR", help="write candidate YAML files here")
-    mine.add_argument("--json", action="store_true", help="print the coverage report as JSON")
+    mine.add_argument("path", metavar="PATH", help="an SGLang source tree, wheel or installed package")
+    mine.add_argument("--out", metavar="DIR", help="write candidate YAML files here (default: write nothing)")
+    mine.add_argument("--json", action="store_true", help="print the coverage report as JSON (default: text)")
     _library_args(mine)
 
     derive = sigs_sub.add_parser("derive", help="derived signatures from an SGLang source tree, wheel or site-packages")
-    derive.add_argument("--source", required=True, metavar="DIR|WHEEL")
-    derive.add_argument("--out", metavar="FILE", help="write the derived data (gzip'd JSON, as shipped) here")
-    derive.add_argument("--json", action="store_true", help="print every derived signature as JSON")
+    derive.add_argument("--source", required=True, metavar="DIR|WHEEL", help="the SGLang tree, wheel or site-packages")
+    derive.add_argument(
+        "--out", metavar="FILE", help="write the derived data (gzip'd JSON, as shipped) here (default: write nothing)"
+    )
+    derive.add_argument(
+        "--json", action="store_true", help="print every derived signature as JSON (default: a summary)"
+    )
 
     runbooks = sub.add_parser("runbooks", help="runbooks as Markdown")
     rb_sub = runbooks.add_subparsers(dest="action", metavar="ACTION")
     render = rb_sub.add_parser("render", help="write every signature's runbook as Markdown into DIR")
-    render.add_argument("dir", metavar="DIR")
+    render.add_argument(
+        "dir", metavar="DIR", help="the folder to write into (pages of signatures that are gone are removed)"
+    )
     _library_args(render)
     return parser
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    args = parser.parse_args(with_dash_values(parser, sys.argv[1:] if argv is None else list(argv)))
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE
     if args.command in ("signatures", "runbooks") and args.action is None:
-        parser.parse_args([args.command, "--help"])
+        (_subparser(parser, args.command) or parser).print_help()  # like `crashdoc` alone: help, usage status
         return EXIT_USAGE
     module = importlib.import_module(f"crashdoc.commands.{COMMANDS[args.command]}")
     try:
         return int(module.main(args))
     except KeyboardInterrupt:
-        return 130
+        return EXIT_INTERRUPTED
     except BrokenPipeError:
         return EXIT_OK
     except UserError as exc:
         print(f"crashdoc: {exc}", file=sys.stderr)
-        return EXIT_PROBLEM
+        return exc.code if exc.code is not None else int(getattr(module, "PROBLEM_EXIT", EXIT_PROBLEM))
+
+
+def with_dash_values(parser: argparse.ArgumentParser, argv: list[str]) -> list[str]:
+    """`--since -1h` as `--since=-1h`: argparse reads a word that starts with `-` (and is no negative number) as
+    an option, so an option whose documented value starts with `-` would say "expected one argument". A value
+    that is itself an option of that command (`--unit --json`) is left for argparse to reject."""
+    out: list[str] = []
+    current = parser
+    words = iter(argv)
+    for word in words:
+        if word == "--":
+            out += [word, *words]
+            break
+        sub = _subparser(current, word) if not word.startswith("-") else None
+        if sub is not None:
+            current = sub
+            out.append(word)
+            continue
+        action = current._option_string_actions.get(word)
+        if action is not None and action.nargs is None and not isinstance(action, argparse._VersionAction):
+            value = next(words, None)
+            if value is None:
+                out.append(word)
+            elif value.startswith("-") and value not in ("-", "--") and not _is_option(current, value):
+                out.append(f"{word}={value}")
+            else:
+                out += [word, value]
+            continue
+        out.append(word)
+    return out
+
+
+def _is_option(parser: argparse.ArgumentParser, word: str) -> bool:
+    return word.split("=", 1)[0] in parser._option_string_actions
+
+
+def _subparser(parser: argparse.ArgumentParser, name: str) -> argparse.ArgumentParser | None:
+    """The parser of subcommand `name` of `parser`, or None."""
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            found = action.choices.get(name)
+            return found if isinstance(found, argparse.ArgumentParser) else None
+    return None

@@ -13,6 +13,7 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from crashdoc.errors import ProblemsError
 from crashdoc.events import ROLES, Thresholds, WatchRule
 from crashdoc.outputs.alerts import HttpClientConfig
 
@@ -25,10 +26,8 @@ DEFAULT_STATE_DIRECTORY = "/var/lib/crashdoc"
 DEFAULT_UNITS = (WatchRule("sglang*.service", "any"),)
 
 
-class ConfigError(Exception):
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
+class ConfigError(ProblemsError):
+    """The configuration file has problems (each as FILE:LINE: KEY: WHAT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,18 +115,9 @@ def load_config(path: str | Path | None) -> Config:
     if path is None:
         return Config()
     name = str(path)
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except FileNotFoundError as exc:
-        raise ConfigError([f"{name}: no such file"]) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise ConfigError([f"{name}: cannot read: {exc}"]) from exc
-    from crashdoc.yamlfile import YamlError, parse_located
+    from crashdoc.yamlfile import read_located
 
-    try:
-        located = parse_located(text)
-    except YamlError as exc:
-        raise ConfigError([f"{name}:{exc.line}: {exc.message}"]) from exc
+    located, _ = read_located(path, ConfigError)
     if located.data is None:
         return Config(source=name)
     return _build(located, name)
@@ -138,7 +128,7 @@ def _build(doc: LocatedYaml, name: str) -> Config:
     data = doc.data
 
     def bad(path: tuple[Any, ...], message: str) -> None:
-        problems.append(f"{name}:{doc.line_of(path)}: {'.'.join(map(str, path)) or 'top level'}: {message}")
+        problems.append(doc.problem(name, path, message))
 
     if not isinstance(data, dict):
         raise ConfigError([f"{name}:1: the configuration must be a mapping of keys to values"])
@@ -381,11 +371,11 @@ def check_config_file(name: str) -> ConfigCheck:
         config = load_config(name)
     except ConfigError as exc:
         return ConfigCheck(problems=list(exc.problems))
-    from crashdoc.yamlfile import YamlError, parse_located
+    from crashdoc.yamlfile import read_located
 
     try:
-        lines = parse_located(Path(name).read_text(encoding="utf-8")).lines
-    except (OSError, UnicodeDecodeError, YamlError):
+        lines = read_located(name, ConfigError)[0].lines
+    except ConfigError:  # read once already: only a file changed since could say otherwise
         lines = {}
 
     def at(*paths: tuple[object, ...]) -> str:

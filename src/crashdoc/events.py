@@ -1,12 +1,14 @@
-"""Data classes that cross module boundaries.
+"""Data classes that cross module boundaries: the pipeline's events and the records the stages hand on.
 
-The pipeline is sources -> assembly -> matching -> diagnosis -> outputs; each stage
-takes and returns these plain records so that stages can be tested, replayed and
-benchmarked without each other.
+The pipeline is sources -> assembly -> matching -> diagnosis -> remedy -> outputs; each stage takes
+and returns these plain records so that stages can be tested, replayed and benchmarked without each
+other. What the engine publishes about its own state (units, runs, its events) is in
+`diagnosis.views`.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
 
@@ -118,6 +120,19 @@ class UnitState:
     timestamp: float = 0.0
 
 
+@dataclass(frozen=True, slots=True)
+class LaunchFacts:
+    """What crashdoc read from disk about a command a unit runs: its SGLang flags (a launch script's
+    included) and the SGLang release its interpreter imports. The runtime reads them before the engine's
+    step and hands them in ahead of the event that needs them, so that the engine reads no file."""
+
+    unit: str
+    cmdline: tuple[str, ...]
+    flags: Mapping[str, str] = field(default_factory=dict)  # canonical names (`--tp` -> `--tp-size`)
+    sglang_release: str = ""  # "" when unknown
+    sglang_release_from: str = ""  # where it was read
+
+
 @dataclass(slots=True, frozen=True)
 class GpuEvent:
     """A GPU fault the NVIDIA driver wrote to the kernel log (an Xid, an NVSwitch SXid, a GPU that fell off the
@@ -215,6 +230,21 @@ class Match:
 # --- diagnosis -------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class FixTarget:
+    """What a diagnosis's changes are applied to, as the engine saw it: the remedy stage (outside the
+    engine) reads the launch script, /proc and /sys, and runs SGLang's checks, from these."""
+
+    cmdline: tuple[str, ...] = ()  # the run's command: D-Bus's ExecStart, or the argv journald logged
+    exec_start: tuple[str, ...] = ()  # D-Bus's ExecStart alone: the only command crashdoc runs a check with
+    drop_in_paths: tuple[str, ...] = ()
+    numa_policy: str = ""
+    numa_mask: str = ""
+    cpu_affinity: str = ""
+    safety: str = ""  # the signature's `fix.safety` check ("" for none)
+    kv_cache: tuple[tuple[int, str], ...] = ()  # (PID, text) of the run's "KV Cache is allocated" lines
+
+
 @dataclass(slots=True)
 class RootCause:
     type: str
@@ -246,8 +276,11 @@ class Fix:
     verified: str | None = None  # what SGLang's own argument checks said of the corrected command (None: not tried)
 
 
-@dataclass(slots=True)
+@dataclass(frozen=True, slots=True)
 class Diagnosis:
+    """One failure as an on-call engineer reads it. Its `fix` holds the changes (flag, value); the remedy
+    stage adds the command, diff and checks for `target`, and hands on a copy."""
+
     unit: str
     signature: str | None
     title: str
@@ -270,6 +303,7 @@ class Diagnosis:
     subsystem: str = ""  # which part of SGLang failed (the same value as `category`, kept for compatibility)
     kind: str = ""  # what kind of failure: one of KINDS
     handled: str = ""  # for a warning: why the traceback did not end the process ("" for a failure)
-    sglang_version: str | None = None  # the SGLang release the unit runs, when known
-    sglang_version_from: str | None = None  # how crashdoc knows it: the interpreter's files, the log, an option
+    sglang_release: str | None = None  # the SGLang release the unit runs, when known (JSON: sglang_version)
+    sglang_release_from: str | None = None  # how crashdoc knows it: the interpreter's files, the log, an option
     version_note: str | None = None  # the matched check exists only in other releases than the unit's
+    target: FixTarget | None = None  # None: written by a crashdoc that applied fixes in the engine (final)

@@ -3,9 +3,12 @@
 from __future__ import annotations
 
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import yaml
+
+from crashdoc.errors import ProblemsError
 
 Path_ = tuple[Any, ...]
 # libyaml's loader composes ~10x faster and keeps the marks we need for file:line
@@ -28,6 +31,27 @@ class LocatedYaml:
         while path and path not in self.lines:
             path = path[:-1]
         return self.lines.get(path, 0)
+
+    def problem(self, name: str, path: Path_, message: str) -> str:
+        """`FILE:LINE: key.path: message`, the form every file crashdoc reads reports a problem in."""
+        return f"{name}:{self.line_of(path)}: {'.'.join(map(str, path)) or 'top level'}: {message}"
+
+
+def read_located(path: str | Path, error: type[ProblemsError]) -> tuple[LocatedYaml, bytes]:
+    """A YAML file parsed with the line of every value, and its bytes; `error` with the one problem (FILE: no
+    such file, FILE: cannot read: why, FILE:LINE: invalid YAML: what) when it cannot be read or parsed."""
+    name = str(path)
+    try:
+        raw = Path(path).read_bytes()
+        text = raw.decode("utf-8")
+    except FileNotFoundError as exc:
+        raise error([f"{name}: no such file"]) from exc
+    except (OSError, UnicodeDecodeError) as exc:
+        raise error([f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}"]) from exc
+    try:
+        return parse_located(text), raw
+    except YamlError as exc:
+        raise error([f"{name}:{exc.line}: {exc.message}"]) from exc
 
 
 MAX_VALUES = 100_000  # >100x the largest library file; aliases that expand past it are a "billion laughs"

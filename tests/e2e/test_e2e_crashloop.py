@@ -17,8 +17,10 @@ import pytest
 from crashdoc.sandbox.demo import DECODE_UNIT, DEMO_API_KEY, PREFILL_UNIT, demo_units
 from support.e2e import (
     CRASHDOC,
+    PATIENCE,
     PROCESS_EXITED,
     RESTART_SCHEDULED,
+    checked_hicache_ratio,
     journal_json,
     pid1_records,
     start_crashdoc,
@@ -55,7 +57,8 @@ def test_hicache_crash_loop_is_diagnosed_fixed_and_recovers(sandbox_factory, san
         assert len(exits) >= 2, exits
         second_crash = int(exits[1]["__REALTIME_TIMESTAMP"]) / 1e6
         delay = looping_at - second_crash
-        assert delay <= 2.0, f"crash loop shown {delay:.2f} s after the 2nd crash"
+        # about 50 ms on an idle host (bench/latency.py); a loaded one (CRASHDOC_TEST_PATIENCE) may take longer
+        assert delay <= 2.0 * PATIENCE, f"crash loop shown {delay:.2f} s after the 2nd crash"
 
         metrics = cd.metrics()
         info = [k for k in metrics if k[0] == "crashdoc_diagnosis_info" and ("unit", PREFILL_UNIT) in k[1]]
@@ -68,8 +71,9 @@ def test_hicache_crash_loop_is_diagnosed_fixed_and_recovers(sandbox_factory, san
         assert metrics[("crashdoc_dbus_up", ())] == 1.0
 
         # the one-shot command sees the same thing, with the fix on the real command line
-        out = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT, "--json"], check=True).stdout
-        diagnoses = json.loads(out)["diagnoses"]
+        r = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT, "--json"])
+        assert r.returncode == 1, r.stderr  # a failure found
+        diagnoses = json.loads(r.stdout)["diagnoses"]
         d = diagnoses[0]
         assert d["unit"] == PREFILL_UNIT
         assert d["signature"] == "dsv4-hicache-size-unsupported"
@@ -77,14 +81,17 @@ def test_hicache_crash_loop_is_diagnosed_fixed_and_recovers(sandbox_factory, san
         assert d["root_cause"]["line"] == (
             "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead."
         )
-        assert "replace `--hicache-size 150` with `--hicache-ratio 2.0`" in d["fix"]["summary"]
-        assert d["fix"]["changes"] == [
-            {"action": "replace", "flag": "--hicache-size", "value": "2.0", "new_flag": "--hicache-ratio"}
-        ]
-        assert "--hicache-ratio 2.0" in d["fix"]["command"] and "--hicache-size" not in d["fix"]["command"]
+        # the ratio the host-memory check accepts on this machine (2.0 where SGLang's default fits)
+        ratio = checked_hicache_ratio(d["fix"])
+        if ratio is not None:
+            assert f"replace `--hicache-size 150` with `--hicache-ratio {ratio}`" in d["fix"]["summary"]
+            assert d["fix"]["changes"] == [
+                {"action": "replace", "flag": "--hicache-size", "value": ratio, "new_flag": "--hicache-ratio"}
+            ]
+        assert "--hicache-size" not in d["fix"]["command"]
         assert "--api-key <redacted>" in d["fix"]["command"]
         assert d["restarts"] >= 1 and d["invocation"]
-        text = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT], check=True).stdout
+        text = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT]).stdout
         assert "ValueError: DeepSeek V4 HiCache" in text and "restarts (NRestarts)" in text
 
         # no output anywhere shows the secret
@@ -92,7 +99,7 @@ def test_hicache_crash_loop_is_diagnosed_fixed_and_recovers(sandbox_factory, san
         assert status == 200
         records = journal_json(sandbox, "SYSLOG_IDENTIFIER=crashdoc")
         assert records, "crashdoc wrote no journal record"
-        for output in (out, text, page.decode(), json.dumps(cd.diagnoses()), json.dumps(records)):
+        for output in (r.stdout, text, page.decode(), json.dumps(cd.diagnoses()), json.dumps(records)):
             assert DEMO_API_KEY not in output
 
         # apply the fix the way the diagnosis says (crashdoc itself changes nothing)
@@ -133,7 +140,7 @@ def test_run_without_arguments_watches_sglang_units(sandbox_factory, sandbox_wor
 def test_diagnose_reports_a_missing_unit(sandbox_factory, sandbox_workdir) -> None:
     sandbox = sandbox_factory(demo_units(sandbox_workdir, CRASHDOC[0]), workdir=sandbox_workdir)
     r = sandbox.run([*CRASHDOC, "diagnose", "--unit", "no-such.service"], timeout=60)
-    assert r.returncode == 1
+    assert r.returncode == 3  # nothing read
     assert "no-such.service: no such unit" in r.stderr
     assert "Traceback" not in r.stderr
 
@@ -143,7 +150,8 @@ def test_explain_reads_journalctl_short_output(sandbox_factory, sandbox_workdir)
     sandbox = sandbox_factory(demo_units(sandbox_workdir, CRASHDOC[0]), workdir=sandbox_workdir)
     wait_for(lambda: len(pid1_records(sandbox, PREFILL_UNIT, RESTART_SCHEDULED)) >= 2, 60, "two restarts")
     pasted = sandbox.journalctl("-u", PREFILL_UNIT, "-o", "short-iso").stdout
-    r = subprocess.run([*CRASHDOC, "explain", "--json", "-"], input=pasted, capture_output=True, text=True, check=True)
+    r = subprocess.run([*CRASHDOC, "explain", "--json", "-"], input=pasted, capture_output=True, text=True)
+    assert r.returncode == 1, r.stderr
     d = json.loads(r.stdout)["diagnoses"][0]
     assert d["signature"] == "dsv4-hicache-size-unsupported"
     assert d["unit"] == PREFILL_UNIT

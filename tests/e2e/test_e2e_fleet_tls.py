@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from crashdoc.sandbox.demo import PREFILL_UNIT, demo_units
-from support.e2e import CRASHDOC, free_port, start_crashdoc, wait_for
+from support.e2e import CRASHDOC, checked_hicache_ratio, free_port, start_crashdoc, wait_for
 from support.monitoring import Access, Alertmanager, Prometheus, Webhook, needs_alertmanager, needs_prometheus
 from support.webtls import PASSWORD, USER, Pki, cert_serial, https_get, write_web_config
 
@@ -91,7 +91,9 @@ def test_prometheus_scrapes_over_tls_client_certificates_are_enforced_and_a_rene
                 cd,
             )
             print(f"\nclient certificate of another CA: {refused['lastError']}")
-            assert "tls" in refused["lastError"].lower() or "certificate" in refused["lastError"], refused
+            # refused in the handshake: the TLS alert, or on a loaded host a reset that overtakes it
+            said = refused["lastError"].lower()
+            assert any(w in said for w in ("tls", "certificate", "connection reset by peer")), refused
             for client_cert in (other.client("intruder"), None):
                 with pytest.raises(OSError):  # ssl.SSLError or a reset: no HTTP answer at all
                     https_get(port, "/metrics", ca_file=pki.ca_file, auth=(USER, PASSWORD), client_cert=client_cert)
@@ -182,7 +184,9 @@ def test_alertmanager_behind_tls_and_basic_auth_receives_the_alert_with_fix_and_
             assert alert["labels"]["signature"] == SIGNATURE and alert["labels"]["instance"] == "gpu-node-7"
             notes = alert["annotations"]
             assert notes["runbook_url"] == f"https://oncall.example.net/crashdoc/runbook/{SIGNATURE}"
-            assert "Fix: replace `--hicache-size 150` with `--hicache-ratio 2.0`" in notes["description"]
+            fix = next(d["fix"] for d in cd.diagnoses() if d["unit"] == PREFILL_UNIT)
+            checked_hicache_ratio(fix)  # the value this machine's memory accepts (2.0 where it fits)
+            assert f"Fix: {fix['summary']}" in notes["description"]
             assert "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size" in notes["description"]
             assert cd.metric("crashdoc_alert_errors_total") == 0.0
             wait_for(lambda: webhook.alerts("firing"), 15, "Alertmanager to notify its receiver", cd)

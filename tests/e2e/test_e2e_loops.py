@@ -162,7 +162,7 @@ def test_manual_restart_resets_nrestarts_and_a_config_change_is_correlated(sandb
         assert cd.metric("crashdoc_unit_restarts_total", unit=name) >= before
         # `restarts` in the JSON is systemd's NRestarts (since that reset); the unit keeps looping meanwhile
         n_before = int(sandbox.show(name, "NRestarts")["NRestarts"])
-        out = json.loads(sandbox.run([*CRASHDOC, "diagnose", "--unit", name, "--json"], check=True).stdout)
+        out = json.loads(sandbox.run([*CRASHDOC, "diagnose", "--unit", name, "--json"]).stdout)
         n_after = int(sandbox.show(name, "NRestarts")["NRestarts"])
         assert n_before <= out["diagnoses"][0]["restarts"] <= n_after
     finally:

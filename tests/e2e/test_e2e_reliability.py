@@ -31,6 +31,7 @@ from crashdoc.sandbox.demo import package_root
 from crashdoc.sandbox.systemd import PrivateSystemd
 from support.e2e import (
     CRASHDOC,
+    PATIENCE,
     PROCESS_EXITED,
     RESTART_SCHEDULED,
     Crashdoc,
@@ -205,7 +206,9 @@ def test_kill_9_twenty_times_loses_nothing_and_duplicates_nothing(sandbox_factor
     sandbox = sandbox_factory(units, workdir=sandbox_workdir, start_units=[])
     cd = start_crashdoc(sandbox, config=config(sandbox_workdir))
     truth = Truth(sandbox, [*looping, NOISY])
-    seed = random.randrange(1 << 30)
+    # the same kill moments on every run (CRASHDOC_TEST_SEED=random draws new ones, to hunt)
+    wanted = os.environ.get("CRASHDOC_TEST_SEED", "20221204")
+    seed = random.randrange(1 << 30) if wanted == "random" else int(wanted)
     print(f"kill moments: random.Random({seed})")  # shown with a failure
     rng = random.Random(seed)
     kills = 0
@@ -224,6 +227,7 @@ def test_kill_9_twenty_times_loses_nothing_and_duplicates_nothing(sandbox_factor
             f"{expected} {event} records",
             cd,
             interval=0.01,
+            seen=lambda: collections.Counter((r["CRASHDOC_EVENT"], r["CRASHDOC_UNIT"]) for r in own_records(sandbox)),
         )
         kill_and_restart()
 
@@ -284,7 +288,10 @@ def test_kill_9_twenty_times_loses_nothing_and_duplicates_nothing(sandbox_factor
         assert not [i for i, n in ids.items() if n > 1], records
         for unit in looping:
             kinds = collections.Counter(r["CRASHDOC_EVENT"] for r in records if r["CRASHDOC_UNIT"] == unit)
-            assert kinds == {"loop-started": loops, "stopped": loops}, (unit, kinds)
+            # a loop's fix once SGLang's checks spoke: a follow-up record, never in the outbox (a kill before it
+            # lands asks again once D-Bus reads the unit; a check already done is in the loop's own record)
+            checked = kinds.pop("fix-checked", 0)
+            assert kinds == {"loop-started": loops, "stopped": loops} and checked <= loops, (unit, kinds, checked)
         print(f"crashdoc's records: {len(records)}, duplicates: 0")
         # a kill during a save leaves a temporary file; the next start sweeps it
         # (cache/ holds the compiled signature library, not state)
@@ -401,11 +408,11 @@ def test_journal_rotated_vacuumed_journald_restarted_and_a_corrupt_file(sandbox_
             text=True,
             timeout=120,
         )
-        assert r.returncode == 0, r.stderr
+        assert r.returncode == 3, r.stderr  # the worst: a file not read (the rest is diagnosed)
         assert f"skipped {damaged}: truncated or corrupt" in r.stderr, r.stderr
         diagnoses = {d["unit"]: d for d in json.loads(r.stdout)["diagnoses"]}
         assert diagnoses[LMCACHE]["signature"] == SIGNATURES[LMCACHE], diagnoses
-        print(f"diagnose --directory with a damaged file: exit 0, {r.stderr.strip()}")
+        print(f"diagnose --directory with a damaged file: exit 3, {r.stderr.strip()}")
     finally:
         cd.stop()
 
@@ -481,7 +488,8 @@ def test_flood_keeps_memory_bounded_and_another_loop_is_seen_within_a_second(san
         )
         assert lines >= FLOOD_RATE * FLOOD_SECONDS * 0.9, f"the flood did not happen: {lines} lines"
         assert long_lines and all(n == LINE_MAX - 1 for n in long_lines), long_lines
-        assert delay <= 1.0, f"the other unit's loop was shown {delay:.2f} s after its second crash"
+        # within a second on an idle host (README); a loaded one (CRASHDOC_TEST_PATIENCE) may take longer
+        assert delay <= 1.0 * PATIENCE, f"the other unit's loop was shown {delay:.2f} s after its second crash"
         assert len(json.dumps(diagnosis)) < 64 * 1024, "a 10,000-frame traceback made an unbounded diagnosis"
         assert peak["RssAnon"] <= 60, peak
         assert peak["RssAnon"] - idle["RssAnon"] <= 15, (idle, peak)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from crashdoc.sandbox import demo
-from crashdoc.sandbox.systemd import PrivateSystemd, SandboxError, unavailable_reason
+from crashdoc.sandbox.systemd import PrivateSystemd, SandboxError, tmp_mounts, unavailable_reason
 from support.sandboxes import SandboxFactory
 
 RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"
@@ -389,9 +389,52 @@ def test_boot_errors_are_clear_and_clean_up(sandbox_factory: SandboxFactory) -> 
     assert not sb.running and sb._launcher is not None and sb._launcher.poll() is not None
 
 
-def test_work_folder_under_tmp_is_refused(tmp_path: Path) -> None:
-    with pytest.raises(SandboxError, match="under /tmp"):
-        PrivateSystemd({}, tmp_path)
+def test_paths_under_tmp_to_bind_back_are_the_outermost_real_ones(tmp_path: Path) -> None:
+    """A checkout under /tmp, its venv and package inside it, a symlink to it and a folder outside /tmp: one bind
+    (the checkout), the symlink recreated, nothing for /var/tmp."""
+    checkout = tmp_path / "clone"
+    (checkout / ".venv" / "bin").mkdir(parents=True)
+    (checkout / "src" / "crashdoc").mkdir(parents=True)
+    (checkout / ".venv" / "bin" / "python").symlink_to("/bin/sh")  # an interpreter outside /tmp
+    link = tmp_path / "latest"
+    link.symlink_to(checkout)
+    binds, links = tmp_mounts(
+        [checkout / ".venv" / "bin" / "python", checkout / "src", checkout, link / "src", "/var/tmp", tmp_path / "gone"]
+    )
+    real = checkout.resolve()
+    assert binds == [real] and links == [(link.resolve().parent / "latest", str(checkout))]
+    assert tmp_mounts([Path("/bin/sh"), "/var/tmp"]) == ([], [])  # nothing under /tmp: nothing to do
+    with pytest.raises(SandboxError, match="newline"):
+        odd = tmp_path / "a\nb"
+        odd.mkdir()
+        tmp_mounts([odd])
+
+
+@pytest.mark.sandbox
+def test_folders_under_tmp_that_units_need_are_visible_and_nothing_else_of_tmp(
+    sandbox_factory: SandboxFactory, tmp_path: Path
+) -> None:
+    """A work folder and a tool under /tmp (a clone in /tmp): units run the tool and write into the work folder,
+    while the rest of the host's /tmp stays invisible inside and untouched."""
+    work, tools = tmp_path / "work", tmp_path / "tools"
+    work.mkdir()
+    tools.mkdir()
+    tool = tools / "hello.sh"
+    tool.write_text(f"#!/bin/sh\necho hello from the tool in /tmp\necho written > {work}/out.txt\nsleep 1000\n")
+    tool.chmod(0o755)
+    canary = Path("/tmp") / f"crashdoc-canary-{uuid.uuid4().hex}"
+    canary.write_text("not for the sandbox\n")
+    try:
+        sb = sandbox_factory({"tool.service": service(str(tool))}, workdir=work, visible=[tools])
+        sb.wait_until(lambda: (work / "out.txt").exists(), message="the unit to write into the work folder in /tmp")
+        assert "hello from the tool in /tmp" in messages(sb, "-u", "tool.service")
+        assert sb.run(["test", "-e", str(canary)]).returncode == 1
+        assert sb.run(["stat", "-f", "-c", "%T", "/tmp"]).stdout.strip() == "tmpfs"
+        assert sb.run(["sh", "-c", f"ls {tmp_path}"]).stdout.split() == ["tools", "work"]
+        sb.stop()
+        assert canary.read_text() == "not for the sandbox\n" and (work / "out.txt").read_text() == "written\n"
+    finally:
+        canary.unlink(missing_ok=True)
 
 
 def test_unit_names_are_checked(sandbox_workdir: Path) -> None:

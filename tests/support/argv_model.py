@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from crashdoc.events import FlagChange
 from crashdoc.remedy.commandline import LaunchCommand
-from crashdoc.remedy.fix import change_values
+from crashdoc.remedy.rewrite import change_values
 
 
 def expected_values(changes: list[FlagChange], before: LaunchCommand) -> dict[str, tuple[str, ...] | None]:

@@ -1,16 +1,18 @@
-"""An engine fed the way the journal source feeds it (PID 1's records, a unit's lines), on a clock the
-test moves: exact event sequences without a systemd."""
+"""An engine fed the way the daemon feeds it (PID 1's records, a unit's lines, D-Bus's unit states, each with
+the launch facts a `LaunchReader` reads from the test's files first), on a clock the test moves: exact event
+sequences without a systemd."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from crashdoc.diagnosis.engine import Engine, UnitRecord
-from crashdoc.diagnosis.report import DiagnosisBuilder
-from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds
+from crashdoc.commands.pipeline import build_engine
+from crashdoc.diagnosis.engine import feed
+from crashdoc.diagnosis.views import RunView, UnitView
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
 from crashdoc.matching.library import load_library
 from crashdoc.matching.matcher import Matcher
-from crashdoc.remedy.fixes import unit_flags
+from crashdoc.remedy.launch import LaunchReader, ReleaseResolver
 from support.journal_files import TRACEBACK as DSV4_TRACEBACK
 
 LIBRARY = load_library([Path(__file__).parent.parent / "fixtures" / "signatures"])
@@ -22,12 +24,17 @@ class Host:
     """Feeds an engine the way the journal source would, with a clock."""
 
     def __init__(
-        self, thresholds: Thresholds | None = None, files: dict[str, str] | None = None, unit: str = UNIT
+        self,
+        thresholds: Thresholds | None = None,
+        files: dict[str, str] | None = None,
+        unit: str = UNIT,
+        *,
+        sglang_release: ReleaseResolver | None = None,
     ) -> None:
         self.unit = unit
         self.files = files or {}
-        builder = DiagnosisBuilder(flags_of=lambda argv: unit_flags(argv, self.read))
-        self.engine = Engine(Matcher(LIBRARY), thresholds=thresholds or Thresholds(recovery=10), builder=builder)
+        self.launches = LaunchReader(read=self.read, sglang_release=sglang_release)
+        self.engine = build_engine(Matcher(LIBRARY), thresholds=thresholds or Thresholds(recovery=10))
         self.t = 1_800_000_000.0
         self.runs = 0
         self.restarts = 0
@@ -37,15 +44,23 @@ class Host:
             raise FileNotFoundError(path)
         return self.files[path]
 
+    def feed(self, *events: LogLine | LifecycleRecord | UnitState) -> None:
+        """Events with the launch facts they need read first, as the daemon feeds them."""
+        feed(self.engine, self.launches.prepare(events))
+
     def pid1(self, kind: Lifecycle, **fields: object) -> None:
-        self.engine.on_lifecycle(LifecycleRecord(self.unit, kind, self.t, invocation=f"inv{self.runs}", **fields))
+        self.feed(LifecycleRecord(self.unit, kind, self.t, invocation=f"inv{self.runs}", **fields))  # type: ignore[arg-type]
+
+    def state(self, **fields: object) -> None:
+        """What D-Bus says of the unit now."""
+        self.feed(UnitState(self.unit, timestamp=self.t, **fields))  # type: ignore[arg-type]
 
     def start(self) -> None:
         self.runs += 1
         self.pid1(Lifecycle.STARTED)
 
     def line(self, text: str, pid: int = 100) -> None:
-        self.engine.on_line(LogLine(self.unit, pid + self.runs, text, self.t, f"inv{self.runs}"))
+        self.feed(LogLine(self.unit, pid + self.runs, text, self.t, f"inv{self.runs}"))
 
     def ready(self) -> None:
         self.line("[2026-05-01 12:00:09] The server is fired up and ready to roll!")
@@ -75,8 +90,11 @@ class Host:
             self.engine.tick(self.t)
 
     @property
-    def rec(self) -> UnitRecord:
+    def rec(self) -> UnitView:
         return self.engine.units()[self.unit]
+
+    def runs_seen(self) -> tuple[RunView, ...]:
+        return self.engine.runs(self.unit)
 
     def kinds(self) -> list[str]:
         return [e.kind for e in self.engine.events()]

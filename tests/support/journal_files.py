@@ -58,12 +58,18 @@ def export_entry(fields: Mapping[str, str | bytes], usec: int) -> bytes:
 AT = "__REALTIME_TIMESTAMP"  # an entry holding it is written at that time (microseconds since the epoch)
 
 
-def write_journal(folder: Path, entries: list[Mapping[str, str | bytes]]) -> Path:
-    """A real journal file holding `entries` in order, a millisecond apart unless an entry says its time (AT)."""
+def write_journal(
+    folder: Path, entries: list[Mapping[str, str | bytes]], name: str = "crafted.journal", first_ms: int = 0
+) -> Path:
+    """A real journal file holding `entries` in order, a millisecond apart unless an entry says its time (AT),
+    from `first_ms` after a fixed start (a second file written later into a followed folder, as a rotation
+    would)."""
     assert JOURNAL_REMOTE is not None
-    path = folder / "crafted.journal"
+    path = folder / name
     stream = b"".join(
-        export_entry({k: v for k, v in e.items() if k != AT}, int(e.get(AT, 1_800_000_000_000_000 + i * 1000)))
+        export_entry(
+            {k: v for k, v in e.items() if k != AT}, int(e.get(AT, 1_800_000_000_000_000 + (first_ms + i) * 1000))
+        )
         for i, e in enumerate(entries)
     )
     subprocess.run(

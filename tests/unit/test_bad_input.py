@@ -1,6 +1,6 @@
 """Bad input (issue 2): a journal without the asked-for unit, files that are not what a command reads,
 a damaged or unreadable state file. Each gives a clear message and a documented exit status, never a
-traceback: 0 diagnosed (failures found or not), 1 a problem with the input (said on stderr), 2 usage.
+traceback (diagnose, explain: 0 no failure, 1 a failure, 3 an input not read, said on stderr; 2 usage).
 """
 
 from __future__ import annotations
@@ -42,12 +42,13 @@ def crashdoc(*args: str, stdin: bytes | None = None) -> subprocess.CompletedProc
 def test_diagnose_a_unit_the_journal_does_not_hold(tmp_path: Path) -> None:
     journal = write_journal(tmp_path, crash_loop_entries())
     r = crashdoc("diagnose", "--unit", "sglang-decode.service", "--file", str(journal))
-    assert r.returncode == 1 and r.stdout == ""
+    assert r.returncode == 3 and r.stdout == ""
     assert r.stderr == "crashdoc: sglang-decode.service: no such unit in these journal files\n"
-    # one found, one missing: the diagnosis, a warning for the other, success
+    # one found, one missing: the diagnosis, the other named; the worst (not read) is the exit status
     r = crashdoc("diagnose", "--json", "--unit", "sglang-decode", "--unit", UNIT, "--file", str(journal))
-    assert r.returncode == 0
+    assert r.returncode == 3
     assert r.stderr == "crashdoc: sglang-decode: no such unit in these journal files\n"
+    assert json.loads(r.stdout)["problems"] == ["sglang-decode: no such unit in these journal files"]
     [d] = json.loads(r.stdout)["diagnoses"]
     assert d["unit"] == UNIT and d["root_cause"]["line"] == DSV4 and d["restarts"] == 2
 
@@ -62,17 +63,17 @@ def test_diagnose_names_each_file_that_is_no_journal(tmp_path: Path) -> None:
     folder = tmp_path / "folder"
     folder.mkdir()
     missing = tmp_path / "missing.journal"
-    r = crashdoc("diagnose", *(f"--file={p}" for p in (good, text, empty, folder, missing)))
-    assert r.returncode == 1 and r.stdout == ""
+    r = crashdoc("diagnose", "--no-verify", *(f"--file={p}" for p in (good, text, empty, folder, missing)))
+    assert r.returncode == 3 and DSV4 in r.stdout  # the journal file is diagnosed, each other file is named
     assert r.stderr.splitlines() == [
-        f"crashdoc: {text} is not a journal file (a text log? use `crashdoc explain {text}`)",
         f"crashdoc: {empty} is empty, not a journal file",
         f"crashdoc: {folder} is a folder: use --directory {folder}",
         f"crashdoc: cannot read {missing}: No such file or directory",
+        f"crashdoc: {text} is not a journal file (a text log? use `crashdoc explain {text}`)",
     ]
     r = crashdoc("diagnose", "--directory", str(missing))
-    assert r.returncode == 1
-    assert r.stderr == f"crashdoc: cannot open the journal: journal folder {missing} does not exist\n"
+    assert r.returncode == 3
+    assert r.stderr == f"crashdoc: journal folder {missing} does not exist\n"
 
 
 # --- explain -------------------------------------------------------------------------------------------
@@ -99,7 +100,7 @@ def test_explain_says_what_a_file_is_when_it_is_no_text_log(tmp_path: Path) -> N
     }
     for path, reason in cases.items():
         r = crashdoc("explain", str(path))
-        assert (r.returncode, r.stdout, r.stderr) == (1, "", f"crashdoc: cannot read {path}: {reason}\n")
+        assert (r.returncode, r.stdout, r.stderr) == (3, "", f"crashdoc: cannot read {path}: {reason}\n")
 
 
 def test_explain_still_reads_a_log_with_some_junk_and_stdin(tmp_path: Path) -> None:
@@ -107,11 +108,11 @@ def test_explain_still_reads_a_log_with_some_junk_and_stdin(tmp_path: Path) -> N
     log = tmp_path / "sglang.log"
     log.write_bytes(b"\x00\xff\x1b[31mstart\x1b[0m\n" + "\n".join(TRACEBACK).encode() + b"\n")
     r = crashdoc("explain", str(log))
-    assert r.returncode == 0 and DSV4 in r.stdout
+    assert r.returncode == 1 and DSV4 in r.stdout
     r = crashdoc("explain", stdin=log.read_bytes())
-    assert r.returncode == 0 and DSV4 in r.stdout
+    assert r.returncode == 1 and DSV4 in r.stdout
     r = crashdoc("explain", stdin=b"")
-    assert (r.returncode, r.stdout) == (0, "No failure found.\n")
+    assert (r.returncode, r.stdout, r.stderr) == (3, "", "crashdoc: standard input is empty, nothing to diagnose\n")
 
 
 # --- the state file ------------------------------------------------------------------------------------
@@ -214,5 +215,5 @@ def test_an_unknown_error_naming_a_secret_flag_shows_its_value_redacted(tmp_path
     )
     for args in (("--json",), ()):
         r = crashdoc("explain", str(log), *args)
-        assert r.returncode == 0 and key not in r.stdout and key[:8] not in r.stdout
+        assert r.returncode == 1 and key not in r.stdout and key[:8] not in r.stdout
         assert "This run has --api-key <redacted>" in r.stdout and "--enable-metrics" in r.stdout

@@ -47,12 +47,13 @@ def explained() -> dict[str, list[dict[str, Any]]]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
         status = main(["explain", "--json", *paths])
-    assert status == 0, f"crashdoc explain exited {status}"
     results: dict[str, list[dict[str, Any]]] = {}
     for line in out.getvalue().splitlines():
         if line.strip():
             obj = json.loads(line)
             results[Path(obj["file"]).name] = obj["diagnoses"]
+    # the worst over the files: 1 when any failure was found (the corpus holds failures), never 3 (all read)
+    assert status == (1 if any(results.values()) else 0), f"crashdoc explain exited {status}"
     assert set(results) == {r["file"] for r in ROWS}, "explain did not report every file"
     return results
 

@@ -1,9 +1,12 @@
-"""The C batch reader is optional: where it cannot be built, `diagnose` reads with systemd-python
-alone and gives the same answers; a failed build is not retried on every run."""
+"""The C batch reader is optional: where it cannot be built, `diagnose` and the daemon read with
+systemd-python alone and give the same answers (the daemon says why, once); a failed build is not
+retried on every run."""
 
 from __future__ import annotations
 
 from pathlib import Path
+
+import pytest
 
 from crashdoc.events import LogLine, WatchRule
 from crashdoc.sources import fastread
@@ -44,3 +47,44 @@ def test_a_failed_build_is_remembered_and_not_retried_at_once(tmp_path: Path, mo
     got, source = _events(tmp_path, tmp_path / "build")
     assert source._batch is None and calls == [] and marker.exists()
     assert [e.text for e in got if isinstance(e, LogLine)] == TRACEBACK
+
+
+def test_the_daemon_says_once_why_it_reads_with_systemd_python(tmp_path: Path, monkeypatch, capfd) -> None:
+    """The daemon reads through the C batch reader too; where it cannot be built it reads the same events with
+    systemd-python and says why, once, at start."""
+    from crashdoc.commands.pipeline import daemon_engine
+    from crashdoc.config import Config
+    from crashdoc.runtime.build import build
+    from support.e2e import free_port
+
+    journal = tmp_path / "journal"
+    journal.mkdir()
+    write_journal(journal, [line(text) for text in TRACEBACK])
+
+    def daemon():
+        config = Config(
+            units=(WatchRule("sglang*.service", "any"),),
+            listen=f"127.0.0.1:{free_port()}",
+            state_directory=str(tmp_path / "state"),
+            journal_directory=str(journal),
+            dbus=False,
+        )
+        d, http = build(config, daemon_engine)
+        http.server.server_close()
+        d.prepare()
+        d.source.seek_head()
+        d._drain()
+        return d
+
+    fast = daemon()
+    if fast.source._batch is None:
+        pytest.skip(f"the C batch reader cannot be built here: {fast.source.fast_reader}")
+    assert "C batch reader" not in capfd.readouterr().err
+    monkeypatch.setattr(fastread.shutil, "which", lambda name: None)
+    monkeypatch.setattr(fastread, "_built", lambda folder: (None, "no C compiler (cc or gcc)"))
+    slow = daemon()
+    said = capfd.readouterr().err
+    assert said.count("the C batch reader is not in use: no C compiler (cc or gcc)") == 1, said
+    assert slow.source._batch is None
+    assert (slow.source.stats.lines, slow.source.stats.entries) == (fast.source.stats.lines, fast.source.stats.entries)
+    assert slow.source.stats.lines == len(TRACEBACK)

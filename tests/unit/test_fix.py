@@ -14,14 +14,13 @@ from hypothesis import strategies as st
 from crashdoc.events import Fix, FlagChange
 from crashdoc.remedy.commandline import find_invocation, parse_argv, parse_text
 from crashdoc.remedy.fix import (
-    apply_changes,
-    change_values,
     exec_start_line,
     plan_fix,
     sed_expressions,
     synthesize_fix,
     systemd_quote,
 )
+from crashdoc.remedy.rewrite import apply_changes, change_values
 from support.argv_model import expected_values
 
 LAUNCH = Path(__file__).parent.parent / "fixtures" / "launch"

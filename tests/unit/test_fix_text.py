@@ -11,7 +11,7 @@ import re
 
 import pytest
 
-from crashdoc.commands.pipeline import accepted_fixes, explain_text, load_library_or_fail, pasted_log_builder
+from crashdoc.commands.pipeline import accepted_fixes, diagnosis_builder, explain_text, load_library_or_fail
 from crashdoc.diagnosis.report import UnitContext
 from crashdoc.events import Diagnosis, RootCause
 from crashdoc.matching.library import Library
@@ -59,6 +59,6 @@ def test_each_fix_reads_cleanly_with_nothing_known(signature: str) -> None:
     """No capture, no flag, no release: what a bare one-line paste gives the templates."""
     sig = LIBRARY.get(signature)
     assert sig is not None
-    fix = pasted_log_builder()._fix_from_signature(sig, {}, UnitContext(unit=""), None)
+    fix = diagnosis_builder()._fix_from_signature(sig, {}, UnitContext(unit=""), None)
     d = Diagnosis("", sig.id, sig.title, sig.category, sig.severity, RootCause("ValueError", "x", "x"), [], fix, "f")
     assert problems(d, release_known=False) == []

@@ -2,11 +2,10 @@
 
 from __future__ import annotations
 
-from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.events import FlagChange
 from crashdoc.matching.flagnames import canonical_flags, spellings
 from crashdoc.remedy.fix import synthesize_fix
-from crashdoc.remedy.fixes import unit_flags
+from crashdoc.remedy.launch import LaunchReader
 
 SCRIPT = "/opt/sglang/decode.sh"
 TEXT = (
@@ -34,7 +33,7 @@ def test_replacing_an_aliased_flag_drops_every_spelling() -> None:
 
 
 def test_flags_are_known_by_their_canonical_names() -> None:
-    flags = DiagnosisBuilder(flags_of=lambda argv: unit_flags(argv, read)).flags_of((SCRIPT,))
+    flags = LaunchReader(read=read).facts("u.service", (SCRIPT,)).flags
     assert flags["--tp-size"] == "8" and flags["--model-path"] == "deepseek-ai/DeepSeek-V4"
     assert flags["--ep-size"] == "8" and "--tp" not in flags
     assert canonical_flags({"--tensor-parallel-size": "2", "--tp": "4"}) == {"--tp-size": "4"}

@@ -67,13 +67,13 @@ def test_explain_says_an_input_is_empty_or_unreadable_before_loading_the_library
         r = subprocess.run(
             [*CRASHDOC, "explain", str(path), "--signatures", str(broken)], capture_output=True, text=True, timeout=60
         )
-        assert (r.returncode, r.stdout, r.stderr) == (1, "", f"crashdoc: cannot read {path}: {reason}\n")
+        assert (r.returncode, r.stdout, r.stderr) == (3, "", f"crashdoc: cannot read {path}: {reason}\n")
     log = tmp_path / "sglang.log"
     log.write_text("hello\n")
     r = subprocess.run(
         [*CRASHDOC, "explain", str(log), "--signatures", str(broken)], capture_output=True, text=True, timeout=60
     )
-    assert r.returncode == 1 and "the signature library has problems" in r.stderr, "a good input still needs it"
+    assert r.returncode == 4 and "the signature library has problems" in r.stderr, "a good input still needs it"
 
 
 # --- web_config_file in the configuration -----------------------------------------------------------

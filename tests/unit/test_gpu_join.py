@@ -109,7 +109,7 @@ def _crashed_host() -> Host:
 
 def test_the_runs_processes_and_their_ranks_from_what_the_engine_published() -> None:
     host = _crashed_host()
-    run = next(iter(host.rec.invocations.values()))
+    run = host.runs_seen()[0]
     assert processes_of_run(run) == {11: "", 21: "TP0", 22: "TP1", 23: "TP2", 24: "TP3"}  # Host adds the run number
     crash = crash_of_run(host.unit, run, "bug", {"--tp-size": "4"}, VISIBLE, GPUS)
     assert crash is not None

@@ -12,9 +12,8 @@ import pytest
 
 from crashdoc.authoring.derive import DeriveError, derive_source
 from crashdoc.authoring.hostrelease import CACHE_SCHEMA, HostReleases, cache_file, derive_in_child, tree_digest
-from crashdoc.commands.pipeline import explain_text, load_library_or_fail
-from crashdoc.diagnosis.engine import Engine, EngineEvent
-from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.commands.pipeline import build_engine, explain_text, load_library_or_fail
+from crashdoc.diagnosis.views import EngineEvent
 from crashdoc.matching.derived import DerivedLibrary, load_shipped, release_range
 from crashdoc.matching.matcher import Matcher
 from crashdoc.outputs.alerts import alert_annotations
@@ -65,7 +64,7 @@ def test_unshipped_release_is_derived_once_and_cached(tmp_path: Path) -> None:
     derive = Counting()
     changes: list[DerivedLibrary] = []
     host = HostReleases(shipped, tmp_path / "cache", derive=derive, on_change=changes.append)
-    found = host.release_of((python, "-m", "sglang.launch_server", "--tp", "2"))
+    found = host.sglang_release((python, "-m", "sglang.launch_server", "--tp", "2"))
     assert found is not None and found[0] == "0.5.99" and found[1].startswith(f"{python}: ")
     assert derive.calls == 1 and len(changes) == 1
     match = changes[0].match(MESSAGE, "ValueError", "0.5.99")
@@ -78,12 +77,12 @@ def test_unshipped_release_is_derived_once_and_cached(tmp_path: Path) -> None:
     assert body["digest"] == tree_digest(site / "sglang")
 
     again = HostReleases(shipped, tmp_path / "cache", derive=derive)  # a restarted daemon
-    again.release_of((python, "-m", "sglang.launch_server"))
+    again.sglang_release((python, "-m", "sglang.launch_server"))
     assert derive.calls == 1
     assert [t.status for t in again.tree_states()] == ["cached"]
 
     (site / CHECK_FILE).write_text((site / CHECK_FILE).read_text() + "\n# patched on this host\n")
-    HostReleases(shipped, tmp_path / "cache", derive=derive).release_of((python, "-m", "sglang.launch_server"))
+    HostReleases(shipped, tmp_path / "cache", derive=derive).sglang_release((python, "-m", "sglang.launch_server"))
     assert derive.calls == 2  # another tree under the same version: derived again
     assert len(list((tmp_path / "cache").glob("derived-0.5.99-*.json"))) == 2
 
@@ -93,7 +92,7 @@ def test_shipped_release_is_not_derived(tmp_path: Path) -> None:
     release = unpack(site)
     derive = Counting()
     host = HostReleases(load_shipped(), tmp_path / "cache", derive=derive)
-    assert host.release_of((str(tmp_path / "venv/bin/python"), "-m", "sglang.launch_server"))[0] == release  # type: ignore[index]
+    assert host.sglang_release((str(tmp_path / "venv/bin/python"), "-m", "sglang.launch_server"))[0] == release  # type: ignore[index]
     assert derive.calls == 0 and not (tmp_path / "cache").exists()
 
 
@@ -104,7 +103,9 @@ def test_cache_of_another_schema_is_derived_again(tmp_path: Path) -> None:
     path.parent.mkdir()
     path.write_text(json.dumps({"schema": CACHE_SCHEMA, "version": 999, "release": "0.5.98", "digest": digest}))
     derive = Counting()
-    HostReleases(load_shipped(), tmp_path / "cache", derive=derive).release_of((python, "-m", "sglang.launch_server"))
+    HostReleases(load_shipped(), tmp_path / "cache", derive=derive).sglang_release(
+        (python, "-m", "sglang.launch_server")
+    )
     assert derive.calls == 1
     assert json.loads(path.read_text())["version"] == 1
 
@@ -115,7 +116,7 @@ def test_broken_tree_is_a_warning(tmp_path: Path) -> None:
     logged: list[str] = []
     shipped = load_shipped()
     host = HostReleases(shipped, tmp_path / "cache", log=logged.append)
-    found = host.release_of((python, "-m", "sglang.launch_server"))
+    found = host.sglang_release((python, "-m", "sglang.launch_server"))
     assert found is not None and found[0] == "0.5.97"  # the release is still known and shown
     assert host.library is shipped  # the shipped signatures still answer
     (state,) = host.tree_states()
@@ -130,7 +131,7 @@ def test_a_deriver_that_breaks_is_a_warning(tmp_path: Path) -> None:
         raise RecursionError("maximum recursion depth exceeded")
 
     host = HostReleases(load_shipped(), None, derive=explode, background=True)
-    assert host.release_of((python, "-m", "sglang.launch_server")) is not None
+    assert host.sglang_release((python, "-m", "sglang.launch_server")) is not None
     host.wait(30)
     assert [t.status for t in host.tree_states()] == ["failed"]
     assert "RecursionError" in host.warning_list()[0]
@@ -155,12 +156,12 @@ def test_version_note_when_the_check_is_from_other_releases() -> None:
 
     inside = match.signature.releases[0]
     (d,) = explain_text(traceback_log(OLD_MESSAGE), LIBRARY, Matcher(LIBRARY, shipped), (inside, "--sglang-version"))
-    assert d.version_note is None and d.sglang_version == inside
+    assert d.version_note is None and d.sglang_release == inside
     # a release nothing was read for: no claim either way
     (d,) = explain_text(traceback_log(OLD_MESSAGE), LIBRARY, Matcher(LIBRARY, shipped), ("0.5.99", "--sglang-version"))
     assert d.version_note is None
     (d,) = explain_text(traceback_log(OLD_MESSAGE), LIBRARY, Matcher(LIBRARY, shipped))
-    assert d.version_note is None and d.sglang_version is None
+    assert d.version_note is None and d.sglang_release is None
 
 
 def test_version_note_behind_a_reviewed_answer() -> None:
@@ -186,20 +187,20 @@ def test_explain_options(tmp_path: Path) -> None:
     log = tmp_path / "crash.log"
     log.write_text(traceback_log(MESSAGE))
     r = crashdoc("explain", "--json", "--sglang-source", str(site / "sglang"), str(log))
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     (d,) = json.loads(r.stdout)["diagnoses"]
     assert (d["sglang_version"], d["derived"], d["version_note"]) == ("0.5.95", True, None)
     assert d["sglang_version_from"] == f"--sglang-source {site / 'sglang'}"
     assert any("0.5.95" in e for e in d["evidence"])
 
     r = crashdoc("explain", "--sglang-version", "0.5.10", str(log))
-    assert r.returncode == 0 and "  sglang: 0.5.10 (from --sglang-version)" in r.stdout
+    assert r.returncode == 1 and "  sglang: 0.5.10 (from --sglang-version)" in r.stdout
     assert "version: this check exists in " in r.stdout and "the unit runs 0.5.10" in r.stdout
 
     r = crashdoc("explain", "--sglang-source", str(tmp_path / "nowhere"), str(log))
-    assert r.returncode != 0 and r.stderr.strip().endswith("no such file or folder") and "Traceback" not in r.stderr
+    assert r.returncode == 4 and r.stderr.strip().endswith("no such file or folder") and "Traceback" not in r.stderr
     r = crashdoc("explain", "--sglang-version", "newest", str(log))
-    assert r.returncode != 0 and "--sglang-version 'newest'" in r.stderr
+    assert r.returncode == 2 and "--sglang-version 'newest'" in r.stderr  # a malformed value: usage
 
 
 def test_state_with_a_derived_answer_is_saved_and_restored() -> None:
@@ -207,11 +208,7 @@ def test_state_with_a_derived_answer_is_saved_and_restored() -> None:
     unit's release) must survive a restart like any other."""
     host = Host()
     matcher = Matcher(host.engine.matcher.library, load_shipped())
-    host.engine = Engine(
-        matcher,
-        thresholds=host.engine.thresholds,
-        builder=DiagnosisBuilder(forced_release=("0.5.23", "--sglang-version")),
-    )
+    host.engine = build_engine(matcher, thresholds=host.engine.thresholds, release=("0.5.23", "--sglang-version"))
     lines = [
         "Traceback (most recent call last):",
         '  File "/opt/venv/lib/python3.11/site-packages/sglang/srt/arg_groups/validation_hook.py", line 688, in f',
@@ -222,12 +219,12 @@ def test_state_with_a_derived_answer_is_saved_and_restored() -> None:
         host.start()
         host.crash(lines)
     (before,) = host.engine.diagnoses()
-    assert before.derived and before.sglang_version == "0.5.23"
+    assert before.derived and before.sglang_release == "0.5.23"
     saved = json.loads(json.dumps(host.engine.snapshot()))
-    restored = Engine(matcher)
+    restored = build_engine(matcher)
     restored.restore(saved)
     (after,) = restored.diagnoses()
-    assert (after.signature, after.derived, after.sglang_version, after.evidence) == (
+    assert (after.signature, after.derived, after.sglang_release, after.evidence) == (
         before.signature,
         True,
         "0.5.23",
@@ -256,7 +253,7 @@ def test_diagnose_journal_files_does_not_read_this_hosts_disk(tmp_path: Path) ->
     entries.append(pid1(f"{UNIT}: Main process exited, code=exited, status=1/FAILURE", EXIT_CODE="exited"))
     journal = write_journal(tmp_path, entries)
     r = crashdoc("diagnose", "--file", str(journal), "--json")
-    assert r.returncode == 0, r.stderr
+    assert r.returncode == 1, r.stderr
     (d,) = json.loads(r.stdout)["diagnoses"]
     assert d["sglang_version"] is None
     r = crashdoc("diagnose", "--file", str(journal), "--json", "--sglang-version", "0.5.12")

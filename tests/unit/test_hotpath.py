@@ -173,8 +173,9 @@ def test_journal_read_returns_every_watched_line_as_a_plain_reading_does(tmp_pat
     assert source.stats.entries == watched and source.stats.lines == len(got)  # files: unwatched units skipped
 
 
-def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path, monkeypatch) -> None:
-    """Files given by name get libsystemd matches; the events must equal an unfiltered walk's."""
+def test_journal_matches_skip_unwatched_units_and_return_the_same_events(tmp_path, monkeypatch) -> None:
+    """libsystemd matches let only what crashdoc reads through (files, a folder, the host journal alike); the
+    events must equal those of a walk over every entry."""
     import subprocess
 
     journal_remote, boot_id, build = _bench("JOURNAL_REMOTE", "boot_id", "build")
@@ -233,10 +234,13 @@ def test_journal_files_skip_unwatched_units_and_return_the_same_events(tmp_path,
 
     by_files, stepped_files = events(files=[str(p) for p in sorted(folder.glob("*.journal"))])
     by_folder, stepped_folder = events(directory=str(folder))
-    assert by_files == by_folder
+    with monkeypatch.context() as m:  # no matches: every entry reaches read()
+        m.setattr(JournalSource, "_match", lambda self: self.reader.flush_matches())
+        every, stepped_every = events(directory=str(folder))
+    assert by_files == by_folder == every
     kinds = {type(e).__name__ + ":" + str(getattr(e, "kind", "")) for e in by_files}
     assert {"LifecycleRecord:oom-kill", "LifecycleRecord:coredump", "LifecycleRecord:restart-scheduled"} <= kinds
-    assert stepped_folder == 6_000 + len(extra) > stepped_files  # the unwatched entries were skipped
+    assert stepped_every == 6_000 + len(extra) > stepped_files == stepped_folder  # the unwatched entries skipped
 
 
 def test_release_journal_pages_drops_them_from_rss_and_reading_goes_on(tmp_path) -> None:

@@ -105,7 +105,7 @@ def _decide_runs(path: Path) -> list[tuple[str, str, str]]:
     rec = engine.units()[UNIT]
     gpus = read_gpu_map(FIXTURE_ROOT)
     out = []
-    for run in rec.invocations.values():
+    for run in engine.runs(UNIT):
         if not run.crashed:
             continue
         crash = crash_of_run(UNIT, run, "bug", {"--tp-size": "4"}, VISIBLE, gpus)

@@ -162,7 +162,7 @@ def test_diagnose_reads_journal_files(tmp_path: Path) -> None:
     journal = write_journal(tmp_path, entries)
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["diagnose", "--file", str(journal), "--json"]) == 0
+        assert main(["diagnose", "--file", str(journal), "--json"]) == 1  # a failure found
     [d] = json.loads(out.getvalue())["diagnoses"]
     assert d["signature"] == "dsv4-hicache-size-unsupported" and d["exit"] == "killed by SIGKILL"
     assert d["invocation"] == INV

@@ -39,8 +39,11 @@ def explain(tmp_path: Path, text: str, *, as_json: bool = True) -> Any:
     path.write_text(text, encoding="utf-8")
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["explain", *(["--json"] if as_json else []), str(path)]) == 0
-    return json.loads(out.getvalue()) if as_json else out.getvalue()
+        status = main(["explain", *(["--json"] if as_json else []), str(path)])
+    result = json.loads(out.getvalue()) if as_json else out.getvalue()
+    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
+    assert status == (1 if failed else 0)  # the exit status scripts read: 1 a failure found, 0 none
+    return result
 
 
 def first(tmp_path: Path, text: str) -> dict[str, Any]:
@@ -232,9 +235,9 @@ def test_worker_urls_of_router_messages() -> None:
 
 
 def _daemon_engine() -> Engine:
-    from crashdoc.commands.pipeline import pasted_log_builder
+    from crashdoc.commands.pipeline import build_engine
 
-    return Engine(Matcher(load_library(builtin_signature_dirs()), load_shipped()), builder=pasted_log_builder())
+    return build_engine(Matcher(load_library(builtin_signature_dirs()), load_shipped()))
 
 
 def test_the_daemon_names_the_worker_unit_a_router_failure_points_at() -> None:

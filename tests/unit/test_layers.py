@@ -2,7 +2,8 @@
 
 Bottom modules (events, errors, redact, text, yamlfile) import nothing of crashdoc's layers; sources <
 assembly < matching < diagnosis < remedy < authoring < outputs < config < runtime < commands < cli. The
-sandbox is test and demo infrastructure, imported only by commands and the tests.
+sandbox is test and demo infrastructure, imported only by commands and the tests. The engine's working
+records are its own: the rest of the package reads what it publishes (diagnosis.views).
 """
 
 from __future__ import annotations
@@ -13,6 +14,10 @@ from pathlib import Path
 import crashdoc
 
 PACKAGE = Path(crashdoc.__file__).resolve().parent
+BENCH = PACKAGE.parents[1] / "bench"
+# the engine's working state: what it changes as lines arrive (its views are what others read)
+WORKING_RECORDS = frozenset({"UnitRecord", "Run", "LineHit", "Handled", "LoopTracker", "Crash", "Transition"})
+WORKING_MODULES = frozenset({"crashdoc.diagnosis.unitrecord", "crashdoc.diagnosis.run", "crashdoc.diagnosis.crashloop"})
 LAYERS: dict[str, int] = {
     "__init__": 0,
     "events": 0,
@@ -74,3 +79,45 @@ def test_imports_only_go_down_the_pipeline() -> None:
             elif layer > own:
                 upward.append(f"{path.relative_to(PACKAGE)}:{line}: {own_top} imports {imported} (a layer above)")
     assert not upward, "imports that run up the pipeline:\n" + "\n".join(upward)
+
+
+def working_state_imports(path: Path) -> list[str]:
+    """Where `path` imports one of the engine's working records, or a module that holds them."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and node.module and node.module.startswith("crashdoc"):
+            names = {a.name for a in node.names}
+            if node.module in WORKING_MODULES or (
+                node.module.startswith("crashdoc.diagnosis") and names & WORKING_RECORDS
+            ):
+                found.append(f"{path}:{node.lineno}: from {node.module} import {', '.join(sorted(names))}")
+        elif isinstance(node, ast.Import):
+            found.extend(f"{path}:{node.lineno}: import {a.name}" for a in node.names if a.name in WORKING_MODULES)
+    return found
+
+
+def test_nothing_outside_the_engine_reads_its_working_records() -> None:
+    """Outputs, runtime, remedy and the commands read `diagnosis.views` (units, runs, events) and diagnoses;
+    a field of a working record can then change without touching them."""
+    outside = [p for p in sorted(PACKAGE.rglob("*.py")) if "diagnosis" not in p.relative_to(PACKAGE).parts]
+    outside += sorted(BENCH.rglob("*.py")) if BENCH.is_dir() else []
+    found = [hit for path in outside for hit in working_state_imports(path)]
+    assert not found, "imports of the engine's working records outside diagnosis/:\n" + "\n".join(found)
+
+
+def test_the_working_records_check_sees_an_import() -> None:
+    """The check above is not blind: it finds each way of writing the import."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as folder:
+        path = Path(folder, "probe.py")
+        for code in (
+            "from crashdoc.diagnosis.unitrecord import UnitRecord\n",
+            "from crashdoc.diagnosis.engine import UnitRecord\n",
+            "import crashdoc.diagnosis.run\n",
+            "def f():\n    from crashdoc.diagnosis.crashloop import LoopState\n",
+        ):
+            path.write_text(code)
+            assert working_state_imports(path), code
+        path.write_text("from crashdoc.diagnosis.views import UnitView, RunView\n")
+        assert not working_state_imports(path)

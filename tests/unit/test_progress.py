@@ -74,7 +74,7 @@ def _journal(tmp_path: Path) -> Path:
 def test_diagnose_piped_writes_no_progress(tmp_path: Path) -> None:
     folder = _journal(tmp_path)
     out = subprocess.run([*CRASHDOC, "diagnose", "--directory", str(folder)], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
+    assert out.returncode == 1, out.stderr  # a failure found
     assert "reading the journal" not in out.stderr and "\x1b[K" not in out.stderr
     assert "sglang-prefill" in out.stdout
 
@@ -99,5 +99,5 @@ def test_diagnose_on_a_terminal_leaves_no_progress_behind_after_a_short_read(tmp
         elif proc.poll() is not None:
             break
     os.close(master)
-    assert proc.wait(timeout=60) == 0
+    assert proc.wait(timeout=60) == 1
     assert b"sglang-prefill" in seen and b"reading the journal" not in seen

@@ -11,7 +11,9 @@ from crashdoc.remedy.commandline import find_invocation, parse_argv
 from crashdoc.remedy.safety import (
     GIB,
     NumaBinding,
+    auto_sizes,
     check_hicache_ratio,
+    hicache_fix,
     hicache_host_memory,
     host_memory,
     host_memory_refusal,
@@ -332,3 +334,119 @@ def test_ratio_from_the_fix() -> None:
     assert ratio_from_changes([FlagChange("set", "--hicache-ratio", "1.5")]) == 1.5
     assert ratio_from_changes([FlagChange("remove", "--hicache-ratio")]) is None
     assert ratio_from_changes([FlagChange("set", "--hicache-ratio", "${ratio}")]) is None
+
+
+# --- the fix the check leaves: one value everywhere, and what SGLang's release does itself -------------------
+
+MODE_CACHE = [FlagChange("set", "--hicache-host-memory-mode", "cache")]  # a fix that sets no ratio
+SUMMARY = "set `--hicache-host-memory-mode cache`"
+
+
+def unbound_invocation():
+    return parse_argv(["python", "-m", "sglang.launch_server", "--tp", "4", "--enable-hierarchical-cache"])
+
+
+def test_which_releases_size_hicache_themselves() -> None:
+    """srt/mem_cache/hicache_auto_size.py ships from 0.5.21 on (checked in the 0.5.20-0.5.23 wheels)."""
+    assert [auto_sizes(r) for r in ("0.5.20", "0.5.21", "0.5.22.post1", "0.5.23", "0.6.0")] == [
+        False,
+        True,
+        True,
+        True,
+        True,
+    ]
+    assert auto_sizes("") is None and auto_sizes("unknown") is None
+
+
+@pytest.mark.parametrize("release", ["0.5.20", "0.5.23"])
+def test_the_seeds_numbers_with_a_fix_that_sets_no_ratio(release: str) -> None:
+    """NUMA node 0 with 240 GiB, 40 GiB x 4 ranks. Without a ratio, 0.5.20 runs SGLang's default 2.0 and 0.5.23
+    sizes the pool itself, but against the whole host's 477 GiB (min(2.0, 2.2) = 2.0): both pin 320 GiB on a
+    240 GiB node. The fix gets an explicit --hicache-ratio 1.2, which the check accepts."""
+    fix = hicache_fix(MODE_CACHE, SUMMARY, POOL_40G, prefill_invocation(), release=release, root=TWO_NODES)
+    assert fix.changes == (*MODE_CACHE, FlagChange("set", "--hicache-ratio", "1.2"))
+    assert fix.summary == f"{SUMMARY}; set `--hicache-ratio 1.2` (the largest ratio that fits this host)"
+    text = " ".join(fix.sentences)
+    assert (
+        "--hicache-ratio 2.0 does not fit: HiCache would pin 2.0 x 40.0 GiB device KV pool per rank x 4 ranks" in text
+    )
+    assert "The corrected command uses --hicache-ratio 1.2, the largest that fits" in text
+    auto = [x for x in fix.sentences if x.startswith("SGLang 0.5.23 sizes the HiCache host pool itself")]
+    if release == "0.5.23":
+        assert auto == [
+            "SGLang 0.5.23 sizes the HiCache host pool itself when no ratio is given: min(2.0, (477.0 GiB available "
+            "on the host - 10.0 GiB reserve) / 4 ranks x 0.8 x 0.95 / 40.0 GiB device KV pool per rank) = 2.000; it "
+            "reads the host's memory, not that of NUMA node 0 (numactl --membind=0)."
+        ]
+        assert "An explicit ratio turns SGLang's auto-sizing off." in fix.sentences
+    else:
+        assert auto == []
+    inv = parse_argv(["numactl", "--membind=0", "python", "-m", "sglang.launch_server", "--tp-size", "4"])
+    assert hicache_host_memory(1.2, POOL_40G, inv, root=TWO_NODES)[0].startswith("--hicache-ratio 1.2 fits")
+
+
+def test_a_release_that_sizes_hicache_itself_needs_no_ratio_where_the_host_is_what_it_reads() -> None:
+    """Not bound to a node: SGLang 0.5.23's own ratio (2.0, 320 GiB of 477 GiB) fits; the fix stays as it is.
+    On 0.5.20 the default 2.0 fits the same way."""
+    for release in ("0.5.23", "0.5.20"):
+        fix = hicache_fix(MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release=release, root=TWO_NODES)
+        assert (fix.changes, fix.summary) == (tuple(MODE_CACHE), "")
+        assert any(x.startswith("--hicache-ratio 2.0 fits") for x in fix.sentences), fix.sentences
+
+
+def test_a_small_host_with_and_without_auto_sizing() -> None:
+    """MemoryMax=100G, 40 GiB x 4 ranks. 0.5.20 would pin the default 2.0 x 160 = 320 GiB: the fix sets 0.5
+    (80 GiB of the 90 GiB after the reserve, 10 % headroom). 0.5.23 sizes itself to (100 - 10) / 4 x 0.8 x 0.95 /
+    40 = 0.427 (68.3 GiB), which fits: no ratio is added, the arithmetic is shown."""
+    old = hicache_fix(
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.20", memory_max=100 * GIB, root=TWO_NODES
+    )
+    assert old.changes[-1] == FlagChange("set", "--hicache-ratio", "0.5")
+    assert "the host (MemoryMax=) has 100.0 GiB available" in old.sentences[0]
+    new = hicache_fix(
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.23", memory_max=100 * GIB, root=TWO_NODES
+    )
+    assert (new.changes, new.summary) == (tuple(MODE_CACHE), "")
+    assert new.sentences[0].endswith("/ 40.0 GiB device KV pool per rank) = 0.427."), new.sentences[0]
+    assert new.sentences[1].startswith("--hicache-ratio 0.427 fits: HiCache would pin 0.427 x 40.0 GiB"), new.sentences
+    assert new.sentences[2].startswith("Below 1.0 the host pool is smaller than the device pool")
+
+
+def test_no_ratio_fits_turns_hicache_off_with_the_arithmetic() -> None:
+    """MemoryMax=12G: 2 GiB after the reserve. On 0.5.20 even 0.1 (16 GiB) does not fit: HiCache off. On 0.5.23
+    SGLang would size itself a tiny pool (0.009) that fits; the DeepSeek V4 fix (an explicit ratio) gets HiCache
+    off on both."""
+    old = hicache_fix(
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.20", memory_max=12 * GIB, root=TWO_NODES
+    )
+    assert old.changes == (*MODE_CACHE, FlagChange("remove", "--enable-hierarchical-cache"))
+    assert old.summary == "no --hicache-ratio fits this host: turn HiCache off (remove `--enable-hierarchical-cache`)"
+    assert any(
+        x.startswith("No --hicache-ratio fits: the host (MemoryMax=) has 12.0 GiB available, 2.0 GiB after")
+        for x in old.sentences
+    ), old.sentences
+    dsv4 = [FlagChange("replace", "--hicache-size", "2.0", "--hicache-ratio")]
+    for release in ("0.5.20", "0.5.23"):
+        off = hicache_fix(
+            dsv4,
+            "replace `--hicache-size 150` with `--hicache-ratio 2.0`",
+            POOL_40G,
+            prefill_invocation(),
+            release=release,
+            memory_max=12 * GIB,
+            root=TWO_NODES,
+        )
+        assert off.changes == (
+            FlagChange("remove", "--hicache-size"),
+            FlagChange("remove", "--enable-hierarchical-cache"),
+        )
+    tiny = hicache_fix(
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.23", memory_max=12 * GIB, root=TWO_NODES
+    )
+    assert tiny.changes == tuple(MODE_CACHE) and tiny.sentences[1].startswith("--hicache-ratio 0.009 fits")
+
+
+def test_what_cannot_be_checked_leaves_the_fix_and_says_so() -> None:
+    fix = hicache_fix(MODE_CACHE, SUMMARY, [], prefill_invocation(), release="0.5.23", root=TWO_NODES)
+    assert fix.changes == tuple(MODE_CACHE) and fix.summary == ""
+    assert fix.sentences[0].startswith("crashdoc could not check that --hicache-ratio 2.0 fits in host memory")

@@ -2,9 +2,12 @@
 
 The DeepSeek V4 `--hicache-size` signature proposes `--hicache-ratio 2.0`; whether 2.0 fits depends on
 the device KV pool SGLang logged in the same run, the rank count of the command, and the memory the
-unit may use (MemAvailable, or one NUMA node's memory when it is bound to it). These tests feed the
+unit may use (MemAvailable, or one NUMA node's memory when it is bound to it). When it does not fit, the
+fix carries the largest ratio that does (or turns HiCache off when none does): the summary, the changes,
+the corrected command, the diff, the sed line and the alert all say the same value. These tests feed the
 engine the lines and records a crash loop leaves in the journal, with the unit's real launch script on
-disk and a fake /proc + /sys tree, and read the warning from the diagnosis, as a user would.
+disk and a fake /proc + /sys tree, pass its diagnosis through the remedy stage as `crashdoc run` and
+`diagnose` do, and read it, as a user would.
 """
 
 from __future__ import annotations
@@ -17,13 +20,28 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.diagnosis.engine import Engine
-from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
-from crashdoc.events import Diagnosis, Fix, FlagChange, Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
+from crashdoc.commands.pipeline import build_engine
+from crashdoc.diagnosis.engine import feed
+from crashdoc.events import (
+    Diagnosis,
+    Fix,
+    FixTarget,
+    FlagChange,
+    Lifecycle,
+    LifecycleRecord,
+    LogLine,
+    RootCause,
+    Thresholds,
+    UnitState,
+)
 from crashdoc.matching.library import builtin_signature_dirs, load_library
 from crashdoc.matching.matcher import Matcher
+from crashdoc.outputs.alerts import alert_annotations
 from crashdoc.outputs.render import diagnosis_dict
-from crashdoc.remedy.fixes import unit_fix_synthesizer, unit_flags
+from crashdoc.remedy.commandline import parse_text
+from crashdoc.remedy.launch import LaunchReader
+from crashdoc.remedy.safety import hicache_host_memory
+from crashdoc.remedy.stage import RemedyStage
 
 LIBRARY = load_library([builtin_signature_dirs()[0] / "sglang" / "hicache.yaml"])
 UNIT = "sglang-prefill.service"
@@ -107,10 +125,12 @@ def launch_script(tmp_path: Path, wrapper: str = "", tp: str = "4") -> Path:
 class Loop:
     """Feeds the engine what journald and D-Bus report for a unit that crashes twice at start-up."""
 
-    def __init__(self, root: Path, state: UnitState) -> None:
-        builder = DiagnosisBuilder(unit_fix_synthesizer(root=root), unit_flags)
-        self.engine = Engine(Matcher(LIBRARY), thresholds=Thresholds(recovery=10), builder=builder)
-        self.engine.on_unit_state(state)
+    def __init__(self, root: Path, state: UnitState, release: str = "") -> None:
+        forced = (release, "--sglang-version") if release else None
+        self.engine = build_engine(Matcher(LIBRARY), thresholds=Thresholds(recovery=10), release=forced)
+        self.launches = LaunchReader()
+        self.stage = RemedyStage(root=root)
+        feed(self.engine, self.launches.prepare([state]))
         self.t = 1_800_000_000.0
 
     def run(self, n: int, ranks: int, kv_gib: float | None) -> None:
@@ -138,7 +158,7 @@ class Loop:
         assert rec.crashloop, "two crashes at start-up should make a loop"
         d = rec.diagnosis
         assert d is not None and d.signature == SIGNATURE
-        return d
+        return self.stage.apply(d)
 
 
 def loop_diagnosis(
@@ -151,12 +171,13 @@ def loop_diagnosis(
     kv_gib: float | None = 40.0,
     ranks: int = 4,
     cmdline: bool = True,
+    release: str = "",
     **unit_props: str,
 ) -> Diagnosis:
     root = fake_host(tmp_path / "host", mem_available, nodes)
     script = launch_script(tmp_path, wrapper, tp)
     state = UnitState(UNIT, active_state="activating", exec_start=(str(script),) if cmdline else (), **unit_props)
-    loop = Loop(root, state)
+    loop = Loop(root, state, release)
     loop.run(1, ranks, kv_gib)
     loop.run(2, ranks, kv_gib)
     return loop.diagnosis()
@@ -175,9 +196,24 @@ def gib_after(text: str, words: str) -> float:
 
 
 def proposed_ratio(text: str) -> float:
-    m = re.search(r"largest ratio that fits.*?is --hicache-ratio ([\d.]+)", text)
+    m = re.search(r"The corrected command uses --hicache-ratio ([\d.]+), the largest that fits", text)
     assert m, text
     return float(m.group(1))
+
+
+def assert_one_value_everywhere(d: Diagnosis, value: str, old: str = "2.0") -> None:
+    """The summary, the changes, the corrected command, the diff, the sed line and the alert carry `value`."""
+    fix = d.fix
+    assert f"--hicache-ratio {value}" in fix.summary and f"`--hicache-ratio {old}`" not in fix.summary, fix.summary
+    assert [c.value for c in fix.changes if (c.new_flag or c.flag) == "--hicache-ratio"] == [value], fix.changes
+    assert fix.command and f"--hicache-ratio {value} " in fix.command and "--hicache-size" not in fix.command
+    assert fix.diff and f"+    --hicache-ratio {value} \\" in fix.diff, fix.diff
+    [sed] = [a for a in fix.apply if a.startswith("sed ")]
+    assert f"--hicache-ratio {value}/" in sed, sed
+    alert = alert_annotations(UNIT, d, "http://x/runbook/y")["description"].splitlines()
+    said = [ln for ln in alert if ln.startswith(("Fix:", "Corrected command:"))]
+    assert len(said) == 2 and all(f"--hicache-ratio {value}" in ln for ln in said), alert
+    assert not any(f"--hicache-ratio {old} " in ln for ln in said), alert
 
 
 # --- tests -------------------------------------------------------------------------------------------
@@ -195,9 +231,12 @@ def test_numactl_membind_checks_the_nodes_memory_and_proposes_a_ratio(tmp_path: 
     ratio = proposed_ratio(w)
     budget = (node0 - 10) * 0.9  # SGLang's 10 GiB reserve, crashdoc's 10 % headroom
     assert ratio * 160 <= budget < (ratio + 0.1) * 160
-    assert f"--hicache-ratio {ratio:.1f}" in w
-    # the rest of the fix is still there, and nothing leaks the key
-    assert "--hicache-ratio 2.0" in (d.fix.command or "")
+    assert (
+        ratio == 1.2
+        and "1.2 x 40.0 GiB x 4 = 192.0 GiB, within the 230.0 GiB left on NUMA node 0 after the reserve" in w
+    )
+    # one truth: the fix carries the ratio the check accepts, everywhere; nothing leaks the key
+    assert_one_value_everywhere(d, "1.2")
     assert API_KEY not in str(diagnosis_dict(d))
 
 
@@ -251,20 +290,71 @@ def test_ranks_come_from_the_flags_when_fewer_logged(tmp_path: Path) -> None:
     assert node_sum == pytest.approx(490.0, abs=0.1)
     ratio = proposed_ratio(w)
     assert ratio == math.floor((node_sum - 10) * 0.9 / 320 * 10) / 10
+    assert_one_value_everywhere(d, f"{ratio:.1f}")
+
+
+@pytest.mark.parametrize("release", ["0.5.20", "0.5.23", ""], ids=["no-auto-sizing", "auto-sizing", "unknown"])
+def test_the_seeds_numbers_give_a_command_the_check_accepts(tmp_path: Path, release: str) -> None:
+    """The incident: NUMA node 0 with 240 GiB, 40 GiB of device KV pool x 4 ranks. SGLang's default 2.0 pins
+    320 GiB; the corrected command carries 1.2, which the same check accepts. On a release that sizes HiCache
+    itself (0.5.21+) the ratio stays explicit too: that auto-sizing reads the whole host's memory, not the node's,
+    and does not support DeepSeek V4's KV pool."""
+    d = loop_diagnosis(tmp_path, wrapper="numactl --membind=0 ", release=release)
+    assert d.sglang_release == (release or None)
+    w = safety_warning(d)
+    assert w.startswith("--hicache-ratio 2.0 does not fit") and "320.0 GiB" in w, w
+    assert proposed_ratio(w) == 1.2
+    assert "auto-sizing" not in w, "the fix sets an explicit ratio: SGLang's auto-sizing is off"
+    assert_one_value_everywhere(d, "1.2")
+    # the corrected command itself, checked again (its ratio, its numactl, the same host): accepted
+    [corrected] = parse_text(d.fix.command or "")
+    again = hicache_host_memory(None, [kv_line(r, 40.0) for r in range(4)], corrected, root=tmp_path / "host")
+    assert again[0].startswith("--hicache-ratio 1.2 fits: HiCache would pin 1.2 x 40.0 GiB"), again
+    assert "NUMA node 0 (numactl --membind=0)" in again[0]
+
+
+def test_a_small_host_gets_the_largest_ratio_that_fits(tmp_path: Path) -> None:
+    """A 64 GiB host, no NUMA binding: 2.0 x 10 GiB x 4 = 80 GiB does not fit; 1.2 (48 GiB of 54 GiB) does."""
+    d = loop_diagnosis(tmp_path, mem_available=64.0, kv_gib=10.0)
+    w = safety_warning(d)
+    assert w.startswith("--hicache-ratio 2.0 does not fit") and "the host has 64.0 GiB available" in w, w
+    assert proposed_ratio(w) == math.floor((64 - 10) * 0.9 / 40 * 10) / 10 == 1.2
+    assert_one_value_everywhere(d, "1.2")
+
+
+def test_a_host_where_no_ratio_fits_turns_hicache_off_and_says_why(tmp_path: Path) -> None:
+    """12 GiB available, 40 GiB x 4 ranks: even 0.1 (16 GiB) does not fit in what the 10 GiB reserve leaves.
+    No value is proposed that the check rejects: the corrected command runs without HiCache."""
+    d = loop_diagnosis(tmp_path, mem_available=12.0)
+    w = safety_warning(d)
+    assert w.startswith("--hicache-ratio 2.0 does not fit"), w
+    assert "No --hicache-ratio fits: the host has 12.0 GiB available, 2.0 GiB after SGLang's 10.0 GiB reserve" in w
+    assert "even --hicache-ratio 0.1 would pin 0.1 x 40.0 GiB x 4 = 16.0 GiB" in w
+    assert d.fix.summary.startswith("no --hicache-ratio fits this host: turn HiCache off"), d.fix.summary
+    assert [(c.action, c.flag) for c in d.fix.changes] == [
+        ("remove", "--hicache-size"),
+        ("remove", "--enable-hierarchical-cache"),
+    ]
+    command = d.fix.command or ""
+    assert command and not any(f in command for f in ("--hicache", "--enable-hierarchical-cache")), command
+    assert "-    --enable-hierarchical-cache \\" in (d.fix.diff or "")
+    alert = alert_annotations(UNIT, d, "http://x/runbook/y")["description"].splitlines()
+    [corrected] = [ln for ln in alert if ln.startswith("Corrected command:")]
+    assert "--hicache" not in corrected and "--enable-hierarchical-cache" not in corrected, alert
 
 
 def test_a_fix_without_a_safety_check_has_no_such_warning(tmp_path: Path) -> None:
     """Only signatures that name the check run it: the builder passes `fix.safety` along, nothing else does."""
-    root = fake_host(tmp_path / "host", 480.0, TWO_NODES)
+    stage = RemedyStage(root=fake_host(tmp_path / "host", 480.0, TWO_NODES))
     changes = [FlagChange("replace", "--hicache-size", "2.0", "--hicache-ratio")]
-    ctx = UnitContext(UNIT, cmdline=(str(launch_script(tmp_path)),))
-    fix = Fix("replace --hicache-size", list(changes))
-    unit_fix_synthesizer(root=root)(ctx, changes, fix)
+    target = FixTarget(cmdline=(str(launch_script(tmp_path)),))
+    d = Diagnosis(UNIT, SIGNATURE, "t", "hicache", "critical", RootCause("", "", ""), [], Fix("x", changes), "fp")
+    fix = stage.apply(replace(d, target=target)).fix
     assert fix.command and "--hicache-ratio 2.0" in fix.command
     assert not any("fit" in w for w in fix.warnings), fix.warnings
-    fix = Fix("replace --hicache-size", list(changes))
-    unit_fix_synthesizer(root=root)(replace(ctx, safety="hicache-host-memory"), changes, fix)
+    fix = stage.apply(replace(d, target=replace(target, safety="hicache-host-memory"))).fix
     assert any("--hicache-ratio 2.0" in w and "could not check" in w for w in fix.warnings), fix.warnings
+    assert d.fix.command is None and d.fix.warnings == [], "the engine's diagnosis is left as it was"
 
 
 # --- on a real systemd -------------------------------------------------------------------------------
@@ -291,8 +381,9 @@ def test_systemd_numa_settings_reach_the_check_over_dbus(sandbox_factory, sandbo
     )
     out = sandbox.run([CRASHDOC[0], "-c", probe], check=True).stdout
     assert json.loads(out) == ["bind", "0", "0"]
-    out = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT, "--json"], check=True, timeout=60).stdout
-    d = json.loads(out)["diagnoses"][0]
+    r = sandbox.run([*CRASHDOC, "diagnose", "--unit", PREFILL_UNIT, "--json"], timeout=60)
+    assert r.returncode == 1, r.stderr  # a failure found
+    d = json.loads(r.stdout)["diagnoses"][0]
     assert d["signature"] == SIGNATURE
     w = safety_warning_of(d["fix"]["warnings"])
     assert "NUMA node 0 (NUMAPolicy=bind NUMAMask=0)" in w, w

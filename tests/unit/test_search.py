@@ -171,8 +171,10 @@ def test_sglangs_own_prose_is_not_a_command() -> None:
 def _explain(*args: str) -> dict[str, Any]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["explain", "--json", *args]) == 0
-    return dict(json.loads(out.getvalue()))
+        status = main(["explain", "--json", *args])
+    doc = dict(json.loads(out.getvalue()))
+    assert status == (1 if doc["diagnoses"] else 0)  # 1: a failure found
+    return doc
 
 
 def test_a_command_that_cannot_be_parsed_is_said_so_and_the_diagnosis_stands(tmp_path: Path) -> None:
@@ -221,23 +223,21 @@ def test_the_shipped_facts_name_the_fields_messages_use() -> None:
 
 
 def test_diagnose_searches_on_the_units_own_command_and_shows_the_unit_fix(tmp_path: Path) -> None:
-    """`diagnose` (synchronous): the unit's ExecStart (D-Bus) is the command, its interpreter the judge; the
-    fix found is applied to the unit as any fix is (a drop-in, its diff and apply commands)."""
-    from crashdoc.diagnosis.crashloop import LoopTracker
-    from crashdoc.diagnosis.engine import UnitRecord
-    from crashdoc.events import Diagnosis, Fix, RootCause, Thresholds, UnitState
-    from crashdoc.remedy.accepted import accept_unit_fixes
+    """`diagnose` (synchronous): the remedy stage's check searches on the unit's ExecStart (D-Bus: the
+    diagnosis's FixTarget), its interpreter the judge; the fix found is applied to the unit as any fix is (a
+    drop-in, its diff and apply commands)."""
+    from crashdoc.events import Diagnosis, Fix, FixTarget, RootCause
+    from crashdoc.remedy.stage import RemedyStage
     from support.sglang_env import answering_interpreter, requests_seen
 
     error = "RuntimeError: Unknown diffusion LLM algorithm: none"
     python = answering_interpreter(tmp_path / "venv" / "bin", rejects=("--dllm-algorithm", error))
     argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--dllm-algorithm", "none")
     unit = "sglang.service"
-    units = {unit: UnitRecord(unit, "any", LoopTracker(unit, Thresholds()), state=UnitState(unit, exec_start=argv))}
     cause = RootCause("RuntimeError", "Unknown diffusion LLM algorithm: none", "RuntimeError: Unknown ...: none")
     found = Diagnosis(unit, None, "t", "flag-conflict", "critical", cause, [], Fix("s"), "f", kind="config",
-                      sglang_version="0.5.23")  # fmt: skip
-    [d] = accept_unit_fixes([found], units, facts=load_shipped(), derived=None)
+                      sglang_release="0.5.23", target=FixTarget(cmdline=argv, exec_start=argv))  # fmt: skip
+    [d] = RemedyStage().remedy_all([found])
     assert d.fix.changes == [FlagChange("remove", "--dllm-algorithm")]
     assert d.fix.verified is not None and d.fix.verified.startswith("passes SGLang 0.5.23's argument checks (")
     assert d.fix.diff and "/etc/systemd/system/sglang.service.d/crashdoc-fix.conf" in d.fix.diff
@@ -245,8 +245,29 @@ def test_diagnose_searches_on_the_units_own_command_and_shows_the_unit_fix(tmp_p
     seen = [r["argv"] for r in requests_seen(python.parent)]
     assert seen[0] == ["--model-path", "m", "--dllm-algorithm", "none"]  # the command as it is, then candidates
     assert ["--model-path", "m"] in seen
-    [unchecked] = accept_unit_fixes([found], units, facts=load_shipped(), derived=None, check=False)
+    [unchecked] = RemedyStage().remedy_all([found], check=False)
     assert unchecked.fix.verified is not None and unchecked.fix.verified.startswith("not checked against SGLang")
+    assert "--no-verify" in unchecked.fix.verified and unchecked.fix.diff
+    assert len(requests_seen(python.parent)) == len(seen)  # --no-verify: nothing more was run
+
+
+def test_a_command_line_from_the_journal_is_searched_but_never_run(tmp_path: Path) -> None:
+    """Without systemd's ExecStart (journal files read elsewhere), the run's logged argv is the command the fix
+    is searched on; its interpreter is never run: the candidates are ranked, and the fix says why."""
+    from crashdoc.events import Diagnosis, Fix, FixTarget, RootCause
+    from crashdoc.remedy.stage import RemedyStage
+    from support.sglang_env import answering_interpreter, requests_seen
+
+    error = "RuntimeError: Unknown diffusion LLM algorithm: none"
+    python = answering_interpreter(tmp_path / "venv" / "bin", rejects=("--dllm-algorithm", error))
+    argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--dllm-algorithm", "none")
+    cause = RootCause("RuntimeError", "Unknown diffusion LLM algorithm: none", error)
+    found = Diagnosis("sglang.service", None, "t", "flag-conflict", "critical", cause, [], Fix("s"), "f",
+                      kind="config", sglang_release="0.5.23", target=FixTarget(cmdline=argv))  # fmt: skip
+    [d] = RemedyStage().remedy_all([found])
+    assert d.fix.changes == [FlagChange("remove", "--dllm-algorithm")]
+    assert d.fix.verified is not None and "systemd did not report the unit's ExecStart" in d.fix.verified
+    assert requests_seen(python.parent) == []
 
 
 @pytest.mark.parametrize(
@@ -285,29 +306,31 @@ def test_the_culprit_is_found_when_the_message_names_no_flag(command: str, kind:
     assert "; ".join(describe(c) for c in best.changes) == change
 
 
-def test_the_daemons_searcher_answers_off_its_callers_thread(tmp_path: Path) -> None:
+def test_the_daemons_remedy_worker_searches_off_its_callers_thread(tmp_path: Path) -> None:
     """The daemon's remedy stage: `request` only queues (the engine's thread never waits on SGLang), the search
-    runs on the searcher's own thread, `annotate` serves the answer; the engine's diagnosis is left alone."""
-    from crashdoc.diagnosis.crashloop import LoopTracker
-    from crashdoc.diagnosis.engine import UnitRecord
-    from crashdoc.events import Diagnosis, Fix, RootCause, Thresholds, UnitState
-    from crashdoc.remedy.accepted import FixSearcher
+    runs on the worker's check thread, `published` serves the answer (pending at first, then the fix found),
+    `take_checked` hands it to the loop once for its journal record; the engine's diagnosis is left alone."""
+    from crashdoc.events import Diagnosis, Fix, FixTarget, RootCause
+    from crashdoc.remedy.stage import RemedyStage
+    from crashdoc.runtime.remedies import SEARCHING, RemedyWorker
     from support.sglang_env import answering_interpreter
 
     error = "RuntimeError: Unknown diffusion LLM algorithm: none"
     python = answering_interpreter(tmp_path / "venv" / "bin", rejects=("--dllm-algorithm", error))
     argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--dllm-algorithm", "none")
     unit = "sglang.service"
-    rec = UnitRecord(unit, "any", LoopTracker(unit, Thresholds()), state=UnitState(unit, exec_start=argv))
     cause = RootCause("RuntimeError", "Unknown diffusion LLM algorithm: none", error)
     d = Diagnosis(unit, None, "t", "flag-conflict", "critical", cause, [], Fix("s"), "fp", kind="config",
-                  sglang_version="0.5.23")  # fmt: skip
-    done: list[Diagnosis] = []
-    searcher = FixSearcher(facts=load_shipped(), derived=None, on_done=lambda unit, found: done.append(found))
-    searcher.request(d, rec)
-    assert searcher.annotate([d], {unit: rec}) == [d]  # pending: the engine's diagnosis as it is, at once
-    searcher.stop(timeout=120)
-    [found] = searcher.annotate([d], {unit: rec})
-    assert done == [found] and found.fix.changes == [FlagChange("remove", "--dllm-algorithm")]
+                  sglang_release="0.5.23", target=FixTarget(cmdline=argv, exec_start=argv))  # fmt: skip
+    said: list[tuple[str, str]] = []
+    worker = RemedyWorker(RemedyStage(), on_checked=lambda unit, text: said.append((unit, text)))
+    worker.request(d, check=True)
+    assert worker.published(d).fix.verified == SEARCHING  # at once, never waiting for SGLang
+    worker.stop(wait=120)
+    found = worker.published(d)
+    assert found.fix.changes == [FlagChange("remove", "--dllm-algorithm")]
     assert found.fix.verified is not None and found.fix.verified.startswith("passes SGLang 0.5.23's argument checks")
+    assert found.fix.diff and "--dllm-algorithm" not in (found.fix.command or "")
+    assert said == [(unit, found.fix.verified)]
+    assert worker.take_checked() == [found] and worker.take_checked() == []
     assert d.fix.changes == [] and d.fix.verified is None

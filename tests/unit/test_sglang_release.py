@@ -10,11 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.events import UnitState
 from crashdoc.outputs.html import diagnosis_section
 from crashdoc.outputs.render import diagnosis_dict, diagnosis_text
-from crashdoc.remedy.fixes import unit_flags
 from crashdoc.remedy.release import unit_install
 from crashdoc.sources import sglang_install
 from crashdoc.sources.sglang_install import find_sglang
@@ -164,17 +162,15 @@ def test_missing_interpreter_and_container(tmp_path: Path) -> None:
 
 
 def test_release_reaches_every_output() -> None:
-    """The builder's reader gives the run its release; JSON, text and the HTML page show it, and where from."""
-    host = Host()
-    host.engine.builder = DiagnosisBuilder(
-        flags_of=lambda argv: unit_flags(argv, host.read),
-        release_of=lambda argv: (
+    """The launch reader gives the run its release; JSON, text and the HTML page show it, and where from."""
+    host = Host(
+        sglang_release=lambda argv: (
             "0.5.21",
             "/opt/venv/bin/python: /opt/venv/lib/python3.11/site-packages/sglang/_version.py",
-        ),
+        )
     )
     host.files["/opt/sglang/prefill.sh"] = "exec /opt/venv/bin/python -m sglang.launch_server --hicache-size 150\n"
-    host.engine.on_unit_state(UnitState(host.unit, exec_start=("/opt/sglang/prefill.sh",)))
+    host.feed(UnitState(host.unit, exec_start=("/opt/sglang/prefill.sh",)))
     for _ in range(2):
         host.start()
         host.crash()
@@ -188,17 +184,16 @@ def test_release_reaches_every_output() -> None:
 
 def test_log_and_option_take_precedence() -> None:
     """What the run printed beats the files read now (an upgrade since); `--sglang-version` beats both."""
-    host = Host()
-    host.engine.builder = DiagnosisBuilder(release_of=lambda argv: ("0.5.23", "python: METADATA"))
-    host.engine.on_unit_state(UnitState(host.unit, exec_start=("/opt/venv/bin/python", "-m", "sglang.launch_server")))
+    host = Host(sglang_release=lambda argv: ("0.5.23", "python: METADATA"))
+    host.feed(UnitState(host.unit, exec_start=("/opt/venv/bin/python", "-m", "sglang.launch_server")))
     host.start()
     host.line("Successfully installed sglang-0.5.14 sgl-kernel-0.1.0")
     host.crash()
     (d,) = host.engine.diagnoses()
-    assert (d.sglang_version, d.sglang_version_from) == ("0.5.14", "the unit's log")
-    host.engine.builder.forced_release = ("0.5.10", "--sglang-version")
+    assert (d.sglang_release, d.sglang_release_from) == ("0.5.14", "the unit's log")
+    host.engine.reporter.release_option = ("0.5.10", "--sglang-version")
     (d,) = host.engine.diagnoses()
-    assert (d.sglang_version, d.sglang_version_from) == ("0.5.10", "--sglang-version")
+    assert (d.sglang_release, d.sglang_release_from) == ("0.5.10", "--sglang-version")
 
 
 def test_unknown_release_is_said() -> None:
@@ -233,7 +228,7 @@ def test_release_named_by_sglang_version_line() -> None:
     host.line("Successfully installed requests-2.32.3")  # pip installing something else names no release
     host.crash()
     (d,) = host.engine.diagnoses()
-    assert (d.sglang_version, d.sglang_version_from) == ("0.5.21", "the unit's log")
+    assert (d.sglang_release, d.sglang_release_from) == ("0.5.21", "the unit's log")
 
 
 def test_bash_c_string_that_activates_a_venv(tmp_path: Path) -> None:

@@ -21,7 +21,6 @@ from crashdoc.cli import main
 from crashdoc.events import FlagChange
 from crashdoc.remedy.commandline import parse_argv
 from crashdoc.remedy.verify import (
-    FixVerifier,
     child_environment,
     interpreter_of,
     unsafe_to_run,
@@ -148,12 +147,20 @@ def test_the_daemons_verifier_answers_off_its_caller_thread(tmp_path: Path) -> N
     argv = (str(SGLANG), "-m", "sglang.launch_server", "--model-path", str(model))
     change = [FlagChange("set", "--mem-fraction-static", "0.9")]
     answers: list[tuple[str, str]] = []
-    verifier = FixVerifier(on_done=lambda unit, text: answers.append((unit, text)))
-    verifier.request("sglang.service", argv, change)
-    assert verifier.verified(argv, change) is not None  # pending at once, never blocking the caller
-    verifier.stop()
+    from crashdoc.events import Diagnosis, Fix, FixTarget, RootCause
+    from crashdoc.remedy.stage import RemedyStage
+    from crashdoc.runtime.remedies import RemedyWorker
+
+    worker = RemedyWorker(RemedyStage(), on_checked=lambda unit, text: answers.append((unit, text)))
+    cause = RootCause("ValueError", "x", "ValueError: x")
+    target = FixTarget(cmdline=argv, exec_start=argv)
+    fix, unit = Fix("s", change), "sglang.service"
+    d = Diagnosis(unit, None, "t", "memory", "critical", cause, [], fix, "f", target=target, kind="resource")
+    worker.request(d, check=True)
+    assert worker.published(d).fix.verified is not None  # pending at once, never blocking the caller
+    worker.stop()
     assert answers and answers[0][0] == "sglang.service" and "passes SGLang" in answers[0][1]
-    assert verifier.verified(argv, change) == answers[0][1]
+    assert worker.published(d).fix.verified == answers[0][1]
 
 
 def test_verification_never_imports_sglang_into_crashdoc() -> None:
@@ -200,21 +207,25 @@ def test_an_interpreter_others_may_change_is_not_run(tmp_path: Path) -> None:
 
 
 def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> None:
-    """The daemon's wiring: a loop's diagnosis queues a check (Effects), /diagnoses shows its answer (HttpView);
-    the child is stubbed with SGLang's answer format, the ExecStart comes from D-Bus (UnitState)."""
-    from crashdoc.commands.pipeline import build_engine, load_library_or_fail, unit_builder
+    """The daemon's wiring: a loop's diagnosis goes to the remedy stage's threads (applied, then checked), and
+    /diagnoses shows what they found (HttpView); the child is stubbed with SGLang's answer format, the ExecStart
+    comes from D-Bus (UnitState)."""
+    from crashdoc.commands.pipeline import build_engine, load_library_or_fail
+    from crashdoc.diagnosis.engine import feed
     from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, UnitState
     from crashdoc.matching.matcher import Matcher
     from crashdoc.outputs.metrics import Health
-    from crashdoc.runtime.effects import Effects
+    from crashdoc.remedy.launch import LaunchReader
+    from crashdoc.remedy.stage import RemedyStage
+    from crashdoc.runtime.remedies import RemedyWorker
     from crashdoc.runtime.view import HttpView
 
     unit = "sglang-decode.service"
     python = answering_interpreter(tmp_path / "venv" / "bin")
     exec_start = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--mem-fraction-static", "0.9")
 
-    engine = build_engine(Matcher(load_library_or_fail(None)), builder=unit_builder())
-    engine.on_unit_state(UnitState(unit, active_state="activating", exec_start=exec_start))
+    engine = build_engine(Matcher(load_library_or_fail(None)))
+    feed(engine, LaunchReader().prepare([UnitState(unit, active_state="activating", exec_start=exec_start)]))
     log = (FIXTURES / "memory-lines.log").read_text() + (FIXTURES / "workspace-oom.log").read_text()
     for run in ("1" * 32, "2" * 32):
         engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.STARTED, invocation=run))
@@ -225,46 +236,46 @@ def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> 
         )
         engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.FAILED, invocation=run, result="exit-code"))
         engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.RESTART_SCHEDULED, invocation=run, n_restarts=1))
-    verifier = FixVerifier()
-    recorder = type("Recorder", (), {"written": 0, "last_error": "", "seen": set(), "record": lambda s, e: True})()
-    effects = Effects(recorder, Health(), verifier=verifier, units=engine.units, quiet_when_recorded=True)
-    effects.emit(engine.events(), dict)
-    verifier.stop()
+    worker = RemedyWorker(RemedyStage())
+    [started] = [e for e in engine.events() if e.kind == "loop-started"]
+    assert started.diagnosis is not None
+    worker.request(started.diagnosis, check=True)  # what the daemon's loop does with a loop's event
+    worker.stop()
     [request] = requests_seen(python.parent)  # the unit's own interpreter was asked, with the corrected command
     assert "--mem-fraction-static" in request["argv"]
-    view = HttpView(engine, None, threading.Lock(), Health(), None, None, None, verifier=verifier)  # type: ignore[arg-type]
+    view = HttpView(engine, None, threading.Lock(), Health(), None, None, None, remedies=worker)  # type: ignore[arg-type]
     [d] = json.loads(view.diagnoses_json(unit))["diagnoses"]
     assert d["fix"]["verified"] == "the corrected command passes SGLang 0.5.23's argument checks"
-    assert engine.units()[unit].diagnosis.fix.verified is None  # the engine's own record is left alone
+    assert d["fix"]["command"] and "--mem-fraction-static" in d["fix"]["command"]
+    own = engine.units()[unit].diagnosis
+    assert own is not None and own.fix.verified is None and own.fix.command is None  # the engine's is left alone
 
 
 def _diagnose(args: list[str]) -> list[dict[str, Any]]:
     out = io.StringIO()
     with contextlib.redirect_stdout(out):
-        assert main(["diagnose", *args, "--json"]) == 0
-    return list(json.loads(out.getvalue())["diagnoses"])
+        status = main(["diagnose", *args, "--json"])
+    diagnoses = list(json.loads(out.getvalue())["diagnoses"])
+    assert status == (1 if diagnoses else 0)
+    return diagnoses
 
 
 def test_diagnose_checks_each_distinct_corrected_command_once(tmp_path: Path) -> None:
-    from crashdoc.diagnosis.crashloop import LoopTracker
-    from crashdoc.diagnosis.engine import UnitRecord
-    from crashdoc.events import Diagnosis, Fix, RootCause, Thresholds, UnitState
-    from crashdoc.remedy.verify import verify_diagnoses
+    from crashdoc.events import Diagnosis, Fix, FixTarget, RootCause
+    from crashdoc.remedy.stage import RemedyStage
 
     python = answering_interpreter(tmp_path / "venv" / "bin")
     argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m")
-    units = {
-        name: UnitRecord(name, "any", LoopTracker(name, Thresholds()), state=UnitState(name, exec_start=argv))
-        for name in ("a.service", "b.service")
-    }
     change = [FlagChange("set", "--mem-fraction-static", "0.8")]
 
     def diagnosis(unit: str, changes: list[FlagChange]) -> Diagnosis:
         cause = RootCause("ValueError", "x", "ValueError: x")
-        return Diagnosis(unit, None, "t", "memory", "critical", cause, [], Fix("s", list(changes)), "f")
+        target = FixTarget(cmdline=argv, exec_start=argv)
+        fix = Fix("s", list(changes))  # a resource failure: its computed fix is checked as it is, not searched
+        return Diagnosis(unit, None, "t", "memory", "critical", cause, [], fix, "f", target=target, kind="resource")
 
     found = [diagnosis("a.service", change), diagnosis("b.service", change), diagnosis("a.service", [])]
-    checked = verify_diagnoses(found, units)
+    checked = RemedyStage().remedy_all(found)
     assert len(requests_seen(python.parent)) == 1  # the same command, the same change: one check
     assert [d.fix.verified for d in checked] == [
         "the corrected command passes SGLang 0.5.23's argument checks",

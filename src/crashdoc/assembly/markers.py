@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import re
 
+from crashdoc.assembly import memory_lines as memory
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.events import LogLine, Marker
 
@@ -21,8 +22,8 @@ MARKERS: tuple[tuple[str, str], ...] = (
     ("child-crashed", "Triggering SIGQUIT for cleanup"),
     ("watchdog-timeout", "watchdog timeout (self.watchdog_timeout="),
     ("server-args", "server_args="),
-    ("kv-cache", "KV Cache is allocated."),
-    ("loading", "Load weight begin."),
+    ("kv-cache", memory.KV_CACHE),
+    ("loading", memory.LOAD_BEGIN),
     ("kill-tree", "kill_process_tree called"),
     ("warmup-failed", "Initialization failed. warmup error"),
     ("terminated", "terminated with"),
@@ -35,9 +36,9 @@ MARKERS: tuple[tuple[str, str], ...] = (
     # utils/common.py retry(): traceback.print_exc(), then this record, then it tries again
     ("retrying", "retry() failed once"),
     # GPU memory as each rank reports it, for OOM actions computed from the run's own numbers (remedy.actions)
-    ("weights-loaded", "Load weight end."),
-    ("pool-end", "Memory pool end."),
-    ("graph-begin", " graph begin."),
+    ("weights-loaded", memory.LOAD_END),
+    ("pool-end", memory.POOL_END),
+    ("graph-begin", memory.GRAPH_BEGIN),
     ("nccl-work", "last enqueued NCCL work:"),  # PyTorch's watchdog: how far each rank got
     ("sglang-version", "sglang version: "),  # SGLang's `sglang version` (cli/main.py), run by a launch script
     ("sglang-version", "Successfully installed "),  # pip, from an ExecStartPre that installs SGLang
@@ -96,6 +97,11 @@ def find_marker(line: LogLine, literal: str | None = None) -> Marker | None:
         return None
     _, rank, body = split_prefix(line.text)
     return Marker(line.unit, line.pid, kind, body, line.timestamp, line.invocation, rank=rank)
+
+
+def launches_sglang(cmdline: str) -> bool:
+    """Whether a process's command line (journald's _CMDLINE, argv joined by spaces) starts SGLang's server."""
+    return "sglang.launch_server" in cmdline or "sglang serve" in cmdline or "/sglang serve" in cmdline
 
 
 _LOGGED_RELEASE = re.compile(

@@ -23,7 +23,6 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from crashdoc.authoring.derive import DeriveError, derive_source
 from crashdoc.matching.derived import DerivedLibrary, dumps, loads
 from crashdoc.remedy.commandline import Reader, read_text_file
 from crashdoc.remedy.release import unit_install
@@ -43,6 +42,8 @@ Deriver = Callable[[Path, str, Path], DerivedLibrary]  # (sglang dir, release, c
 def tree_digest(source: Path) -> str:
     """sha256 over the tree's `.py` files (relative path and bytes): a patched install is another tree.
     A wheel is hashed whole."""
+    from crashdoc.authoring.derive import DeriveError  # the miner is imported only to derive
+
     h = hashlib.sha256()
     if source.is_file():
         with source.open("rb") as f:
@@ -104,6 +105,8 @@ def read_cache(path: Path, release: str, digest: str) -> DerivedLibrary | None:
 
 
 def derive_in_process(source: Path, release: str, out: Path) -> DerivedLibrary:
+    from crashdoc.authoring.derive import derive_source
+
     return derive_source(source, release=release)
 
 
@@ -111,6 +114,8 @@ def derive_in_child(source: Path, release: str, out: Path) -> DerivedLibrary:
     """Derive in a child Python (this crashdoc), which writes a scratch file: the miner's memory goes with the
     child, and the caller caches the result (`out` is where it will). Its failure is a DeriveError here, with
     the child's last line."""
+    from crashdoc.authoring.derive import DeriveError
+
     with tempfile.TemporaryDirectory(prefix="crashdoc-derive-") as scratch:
         target = Path(scratch, "derived.json")
         cmd = [sys.executable, "-m", "crashdoc.authoring.hostrelease", str(source), release, str(target)]
@@ -138,6 +143,8 @@ def derived_for(
     source: Path, release: str, folder: Path | None, derive: Deriver = derive_in_process
 ) -> tuple[DerivedLibrary, bool]:
     """(the tree's derived library, whether it came from the cache). Raises DeriveError for a bad tree."""
+    from crashdoc.authoring.derive import DeriveError
+
     try:
         digest = tree_digest(source)
     except OSError as exc:
@@ -169,7 +176,7 @@ class TreeState:
 class HostReleases:
     """Which release each command line runs, and the derived library: the shipped one plus host trees'.
 
-    `release_of` is what the engine's builder calls when a run begins (files only, no process started);
+    `sglang_release` is what the launch reader calls before a run begins (files only, no process started);
     an unshipped release starts a derivation (in a thread when `background`), and `on_change` receives
     the merged library when it is ready. Problems are kept (bounded) for /healthz and logged once.
     """
@@ -214,7 +221,7 @@ class HostReleases:
         if log:
             self._log(message)
 
-    def release_of(self, cmdline: tuple[str, ...]) -> tuple[str, str] | None:
+    def sglang_release(self, cmdline: tuple[str, ...]) -> tuple[str, str] | None:
         """(release, where it was read) for a unit's command line, or None; starts deriving an unshipped tree."""
         try:
             install = unit_install(cmdline, self._read)
@@ -253,6 +260,8 @@ class HostReleases:
             thread.join(timeout)
 
     def _derive_tree(self, key: tuple[str, str]) -> None:
+        from crashdoc.authoring.derive import DeriveError
+
         release, source = key
         try:
             with self._one_at_a_time:
@@ -303,6 +312,8 @@ def source_release(path: Path) -> str:
 def derive_option(path: Path, version: str | None, cache: Path | None) -> tuple[DerivedLibrary, str]:
     """`--sglang-source DIR|WHEEL` (and `--sglang-version`, which names its release): (its library, release).
     DeriveError says what is wrong with it."""
+    from crashdoc.authoring.derive import DeriveError, derive_source
+
     if not path.exists():
         raise DeriveError(f"--sglang-source {path}: no such file or folder")
     release = version or source_release(path)
@@ -318,6 +329,8 @@ def _main(argv: Sequence[str]) -> int:
     if len(argv) != 3:
         print("usage: python -m crashdoc.authoring.hostrelease SGLANG_DIR RELEASE OUT", file=sys.stderr)
         return 2
+    from crashdoc.authoring.derive import DeriveError, derive_source
+
     source, release, out = Path(argv[0]), argv[1], Path(argv[2])
     try:
         library = derive_source(source, release=release)

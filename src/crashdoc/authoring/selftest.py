@@ -1,7 +1,7 @@
 """`crashdoc signatures test` and `lint`: the library checks itself.
 
-Each example runs through the same assembly and root-cause code as a live crash, so an
-example that passes here is diagnosed the same way from the journal. Lint adds what one
+Each example runs through the same assembly and root-cause code as a live crash
+(`diagnosis.examples`), so an example that passes here is diagnosed the same way from the journal. Lint adds what one
 signature cannot see alone: another signature that claims its examples.
 """
 
@@ -10,13 +10,9 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from crashdoc.assembly.traceback import TracebackAssembler
-from crashdoc.diagnosis.rootcause import is_consequence, line_findings, root_cause
-from crashdoc.diagnosis.run import LineHit, Run
-from crashdoc.events import Match
+from crashdoc.diagnosis.examples import diagnose_example
 from crashdoc.matching.library import Example, Library, Signature
-from crashdoc.matching.matcher import Facts, Matcher
-from crashdoc.sources.textlog import parse_text
+from crashdoc.matching.matcher import Matcher
 
 RUNBOOK_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("why it happens", ("why",)),
@@ -26,7 +22,6 @@ RUNBOOK_SECTIONS: tuple[tuple[str, tuple[str, ...]], ...] = (
 )
 _GROUP = re.compile(r"\(\?P<(\w+)>")
 _TEMPLATE = re.compile(r"\$\{([^{}]*)\}")
-_ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,58 +32,6 @@ class Failure:
 
     def __str__(self) -> str:
         return f"{self.where}: {self.signature}: {self.message}"
-
-
-def example_invocation(example: Example, matcher: Matcher) -> Run:
-    """Build the run an example describes: its lines, tracebacks, line matches and exit."""
-    inv = Run("example", "example")
-    assembler = TracebackAssembler()
-    for seq, line in enumerate(parse_text(example.text).lines, 1):  # numbered as the engine numbers them
-        inv.add_line(line)
-        for tb in assembler.feed(line, seq):
-            inv.add_traceback(tb)
-        if not assembler.consumed and matcher.has_line_signatures:
-            match = matcher.match_line(line.text)
-            if match is not None:
-                inv.add_line_hit(LineHit(match, line, seq))
-    for tb in assembler.flush():
-        inv.add_traceback(tb)
-    if example.exit:
-        inv.exit_code = example.exit.get("code")
-        inv.exit_status = example.exit.get("status")
-        inv.result = example.exit.get("result")
-        inv.oom_killed = inv.result == "oom-kill"
-    return inv
-
-
-def example_facts(example: Example) -> Facts:
-    ctx = example.context
-    return Facts(
-        flags={k: v for k, v in ctx.items() if k.startswith("--") or _ENV_NAME.fullmatch(k)},
-        model=ctx.get("model", ""),
-        disaggregation_mode=ctx.get("disaggregation_mode", ""),
-        role=ctx.get("role", ""),
-        platform=ctx.get("platform", ""),
-    )
-
-
-def diagnose_example(example: Example, matcher: Matcher) -> tuple[Match | None, list[Match]]:
-    """(the match the diagnosis would report, every match any failure in the example got)."""
-    inv = example_invocation(example, matcher)
-    facts = example_facts(example)
-    everything: list[Match] = []
-    for tb in inv.tracebacks:
-        if not is_consequence(tb):
-            everything.extend(matcher.match_traceback(tb, facts))
-    everything.extend(h.match for h in inv.line_hits)
-    if inv.exit_code or inv.result:
-        everything.extend(matcher.match_exit(inv.exit_code, inv.exit_status, inv.result))
-    finding = root_cause(inv, matcher, facts)
-    chosen = finding.match if finding is not None else None
-    if chosen is None:
-        lines = line_findings(inv, matcher)
-        chosen = lines[0].match if lines else None
-    return chosen, everything
 
 
 def _where(sig: Signature, example: Example) -> str:

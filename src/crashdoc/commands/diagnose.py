@@ -1,26 +1,40 @@
 """`crashdoc diagnose`: one shot over the host journal or copied journal files.
 
 `--file` given only text logs (a log saved from a ticket) reads them as `crashdoc explain` does, with
-a note on stderr; a text log among journal files is still an error that names it.
+a note on stderr; a text log among journal files is named and skipped. Every input that cannot be read
+(a missing or damaged file, a folder without journal files, a journal with no entries of the units asked
+for) is named with the reason, on stderr and in the JSON's `problems`, and the exit status says the worst
+(`crashdoc.errors`): 3 nothing read, 1 a failure found, 0 none.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
+import os
 import re
 import sys
 import time
 from datetime import datetime
 from pathlib import Path
 
-from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail, unit_builder
-from crashdoc.diagnosis.report import ReleaseReader
-from crashdoc.errors import UserError
+from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail
+from crashdoc.errors import (
+    EXIT_CANNOT_RUN,
+    EXIT_FAILURE_FOUND,
+    EXIT_OK,
+    EXIT_READ_NOTHING,
+    NothingRead,
+    UsageError,
+    UserError,
+)
 from crashdoc.matching.derived import DerivedLibrary
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 
 DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
+PROBLEM_EXIT = EXIT_CANNOT_RUN  # a UserError here (configuration, library) is no verdict on the journal
+HOST_JOURNALS = ("/var/log/journal", "/run/log/journal")
 
 JOURNAL_MAGIC = b"LPKSHHRH"  # the first bytes of every journal file (systemd's journal-def.h)
 
@@ -40,7 +54,7 @@ def parse_since(text: str, now: float | None = None) -> float:
     try:
         return datetime.fromisoformat(text).timestamp()
     except ValueError as exc:
-        raise UserError(f"--since {text!r}: use -1h, -30m, -2d, an epoch number or 2026-12-02T12:00:00") from exc
+        raise UsageError(f"--since {text!r}: use -1h, -30m, -2d, an epoch number or 2026-12-02T12:00:00") from exc
 
 
 def main(args: argparse.Namespace) -> int:
@@ -53,41 +67,54 @@ def main(args: argparse.Namespace) -> int:
     from crashdoc.sources.journal import JournalSource, UnitFilter, unreadable_journal_files
     from crashdoc.sources.units import UnitWatcher
 
+    since = parse_since(args.since) if args.since else None  # a malformed value is usage, said first
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        raise UserError("invalid configuration:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+        raise UserError(exc.said("invalid configuration")) from exc
     rules = tuple(WatchRule(u if "." in u else f"{u}.service", "any") for u in args.unit) if args.unit else config.units
     units = UnitFilter(rules)
-    library = load_library_or_fail(args.signatures)
     cache = Path(config.state_directory) / "cache"
+    problems: list[str] = []  # every input that could not be read, with the reason
+    files: list[str] | None = None
+    if args.file:
+        journals, texts, problems = sort_files(args.file)
+        if texts and not journals:  # pasted logs saved to files: read them as `explain` does
+            library = load_library_or_fail(args.signatures)
+            release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
+            return _diagnose_text_logs(args, texts, problems, library, release, derived)
+        problems += [f"{path} is not a journal file (a text log? use `crashdoc explain {path}`)" for path, _ in texts]
+        if not journals:
+            return _nothing_read(problems, args.json)
+        files = journals
+    if args.directory and not os.path.isdir(args.directory):
+        what = "is not a folder" if os.path.exists(args.directory) else "does not exist"
+        return _nothing_read([f"journal folder {args.directory} {what}"], args.json)
+    library = load_library_or_fail(args.signatures)
     release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
-    texts = text_logs(args.file) if args.file and not args.directory else None
-    if texts is not None:  # a pasted log saved to a file: read it as `explain` does
-        return _diagnose_text_logs(args, texts, library, release, derived)
-    problems = [p for p in map(journal_file_problem, args.file or ()) if p]
-    if problems:  # libsystemd would only say "No data available" or "Bad message", and not for which file
-        raise UserError("\ncrashdoc: ".join(problems))
     try:
         # read once, with the C batch reader when it can be built (into the cache folder)
         source = JournalSource(
-            units, directory=args.directory, files=args.file, once=True, build_dir=default_cache_directory()
+            units, directory=args.directory, files=files, once=True, build_dir=default_cache_directory()
         )
-    except (OSError, FileNotFoundError) as exc:
-        raise UserError(f"cannot open the journal: {exc}") from exc
-    start: float | None = None
-    if args.since:
-        source.seek_since(start := parse_since(args.since))
-    elif not (args.directory or args.file):
+    except OSError as exc:
+        raise NothingRead(f"cannot open the journal: {exc}") from exc
+    start: float | None = since
+    live = not (args.directory or files)
+    if since is not None:
+        source.seek_since(since)
+    elif live:
         source.seek_since(start := time.time() - DEFAULT_HOST_SINCE)
     else:
         source.seek_head()
-    live = not (args.directory or args.file)
     watcher = UnitWatcher(units) if live else None
     if watcher is not None and not watcher.connect():
         watcher = None
+    from crashdoc.remedy.launch import LaunchReader, ReleaseResolver
+    from crashdoc.remedy.stage import RemedyStage
+
     matcher = Matcher(library, derived)
-    release_of: ReleaseReader = _not_read  # copied journal files: this host's disk says nothing of theirs
+    resolver: ReleaseResolver | None = None  # copied journal files: this host's disk says nothing of theirs
     if release is None and live:  # each unit's own release; an unshipped one is derived from its installed source
         from crashdoc.authoring.hostrelease import HostReleases
 
@@ -97,22 +124,23 @@ def main(args: argparse.Namespace) -> int:
         def warn(message: str) -> None:
             print(f"crashdoc: {message}", file=sys.stderr)
 
-        release_of = HostReleases(derived, cache, on_change=use, log=warn).release_of
-    engine = build_engine(
-        matcher, thresholds=config.thresholds, role_of=units.role_of, builder=unit_builder(release, release_of)
-    )
+        resolver = HostReleases(derived, cache, on_change=use, log=warn).sglang_release
+    launches = LaunchReader(sglang_release=resolver)  # each command's flags and release, read before the engine
+    engine = build_engine(matcher, thresholds=config.thresholds, role_of=units.role_of, release=release)
+    discovered = 0  # units systemd knows (D-Bus): their state is something read, even without journal entries
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
+            discovered += 1
             engine.watch(unit)
             state = watcher.state(unit)
             if state is not None:
-                engine.on_unit_state(state)
+                feed(engine, launches.prepare([state]))
     progress = Progress(sys.stderr, None, None)  # on a terminal only, once the read takes over a second
     if progress.enabled:
         oldest = source.newest_timestamp(oldest=True)
         progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
     while True:
-        feed(engine, source.read(20_000))
+        feed(engine, launches.prepare(source.read(20_000)))
         progress.update(source.stats.entries, source.stats.last_timestamp or None)
         if source.at_end:
             break
@@ -121,83 +149,149 @@ def main(args: argparse.Namespace) -> int:
         for name in list(engine.units()):
             state = watcher.state(name)
             if state is not None:
-                engine.on_unit_state(state)
+                feed(engine, launches.prepare([state]))
     engine.finish()
+    if not live:
+        for path, count in unreadable_journal_files(args.directory, files or ()):
+            entries = f"its {count} entries" if count is not None else "all of it"
+            problems.append(f"skipped {path}: truncated or corrupt, {entries} could not be read")
     wanted = None
-    if args.unit:
+    missing: list[str] = []
+    # nothing of the watched units (their lines, PID 1's records about them) came out of the journal
+    empty = source.stats.lines + source.stats.lifecycle == 0
+    blocked = _unreadable_source(args, files, live) if empty else None
+    nothing = (empty and not discovered) or blocked is not None
+    if blocked is not None:  # no journal files at all, or none this user may read
+        problems.append(blocked)
+    elif args.unit:
         seen = set(engine.units())
         missing = [u for u in args.unit if not any(ch in u for ch in "*?[") and _unit_name(u) not in seen]
-        for unit in missing:
-            where = "in these journal files" if not live else "in the journal"
-            print(
-                f"crashdoc: {unit}: no such unit {where}" + (" (since " + args.since + ")" if args.since else ""),
-                file=sys.stderr,
-            )
-        wanted = [u for u in engine.units()]
-        if missing and not wanted:
-            return 1
-    diagnoses = engine.diagnoses(wanted)
-    warnings = engine.warnings(wanted)
-    from crashdoc.remedy.accepted import accept_unit_fixes
-    from crashdoc.remedy.argfacts import load_shipped as load_facts
-
-    check = not getattr(args, "no_verify", False)  # the unit's own SGLang checks each candidate fix
-    diagnoses = accept_unit_fixes(diagnoses, engine.units(), facts=load_facts(), derived=derived, check=check)
-    if check:
-        from crashdoc.remedy.verify import verify_diagnoses
-
-        diagnoses = verify_diagnoses(diagnoses, engine.units())
+        where = "in these journal files" if not live else "in the journal"
+        after = f" (since {args.since})" if args.since else ""
+        problems += [f"{unit}: no such unit {where}{after}" for unit in missing]
+        wanted = list(engine.units())
+    nothing = nothing or bool(args.unit and not wanted)
+    if nothing and blocked is None and not missing:
+        names = ", ".join(r.pattern for r in rules)
+        when = f" since {datetime.fromtimestamp(start).isoformat(sep=' ', timespec='seconds')}" if start else ""
+        where = " in these journal files" if files else f" in {args.directory}" if args.directory else ""
+        problems.append(f"no entries of {names}{when}{where}")
+    if nothing:
+        return _nothing_read(problems, args.json)
+    # the fixes applied to the units' commands, and each corrected command checked by the unit's own SGLang
+    stage = RemedyStage(derived=derived)
+    diagnoses = stage.remedy_all(engine.diagnoses(wanted), check=not getattr(args, "no_verify", False))
+    warnings = stage.remedy_all(engine.warnings(wanted), check=False)
     if source.stats.errors:
         print(
             f"crashdoc: skipped {source.stats.errors} unreadable journal entries ({source.stats.last_error})",
             file=sys.stderr,
         )
-    if not live:
-        for path, count in unreadable_journal_files(args.directory, args.file or ()):
-            entries = f"its {count} entries" if count is not None else "all of it"
-            print(f"crashdoc: skipped {path}: truncated or corrupt, {entries} could not be read", file=sys.stderr)
+    for problem in problems:
+        print(f"crashdoc: {problem}", file=sys.stderr)
     if args.json:
-        print(diagnoses_json(diagnoses, warnings=warnings))
+        print(diagnoses_json(diagnoses, warnings=warnings, **({"problems": problems} if problems else {})))
     else:
         sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
-    return 0
+    return max(EXIT_READ_NOTHING if problems else EXIT_OK, EXIT_FAILURE_FOUND if diagnoses else EXIT_OK)
 
 
-def text_logs(paths: list[str]) -> list[tuple[str, str]] | None:
-    """(path, text) of each file when every one is a text log (no journal file); None otherwise."""
+def _nothing_read(problems: list[str], as_json: bool) -> int:
+    """Nothing to diagnose: every reason on stderr (and in the JSON), the read-nothing exit status."""
+    from crashdoc.outputs.render import diagnoses_json
+
+    for problem in problems:
+        print(f"crashdoc: {problem}", file=sys.stderr)
+    if as_json:
+        print(diagnoses_json([], warnings=[], problems=problems))
+    return EXIT_READ_NOTHING
+
+
+def _unreadable_source(args: argparse.Namespace, files: list[str] | None, live: bool) -> str | None:
+    """Why a read that found no entry had nothing to read (no journal files, no permission); None when it had."""
+    if files:
+        return None
+    if args.directory:
+        return None if journal_files_in(args.directory) else f"no journal files in {args.directory}"
+    found = [f for d in HOST_JOURNALS for f in journal_files_in(d)]
+    if not found:
+        return f"no journal files in {' or '.join(HOST_JOURNALS)} (is journald running and storing logs here?)"
+    if not any(os.access(f, os.R_OK) for f in found):
+        return (
+            "cannot read the system journal (permission denied): run as root or as a member of the "
+            "systemd-journal group"
+        )
+    return None
+
+
+def journal_files_in(folder: str) -> list[str]:
+    """The journal files in a journal folder and its machine-id subfolders (as libsystemd reads them)."""
+    out: list[str] = []
+    try:
+        entries = list(os.scandir(folder))
+    except OSError:
+        return out
+    for entry in entries:
+        if entry.name.endswith((".journal", ".journal~")):
+            out.append(entry.path)
+        elif entry.is_dir():
+            with contextlib.suppress(OSError):
+                out += [e.path for e in os.scandir(entry.path) if e.name.endswith((".journal", ".journal~"))]
+    return sorted(out)
+
+
+def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, str]], list[str]]:
+    """`--file` arguments sorted into journal files, text logs (path, text) and problems (why a file is
+    neither: missing, a folder, empty, binary)."""
     from crashdoc.sources.textlog import not_text
 
-    out = []
+    journals: list[str] = []
+    texts: list[tuple[str, str]] = []
+    problems: list[str] = []
     for path in paths:
-        try:
-            with open(path, "rb") as handle:
-                data = handle.read()
-        except OSError:
-            return None
-        if data.startswith(JOURNAL_MAGIC) or not_text(data, path) is not None:
-            return None
-        out.append((path, data.decode("utf-8", "replace")))
-    return out
+        problem = journal_file_problem(path)
+        if problem is None:
+            journals.append(path)
+            continue
+        if not problem.endswith(f"(a text log? use `crashdoc explain {path}`)"):  # missing, a folder, empty
+            problems.append(problem)
+            continue
+        with open(path, "rb") as handle:
+            data = handle.read()
+        what = not_text(data, path)
+        if what is None:
+            texts.append((path, data.decode("utf-8", "replace")))
+        else:
+            problems.append(f"{path}: {what}")
+    return journals, texts, problems
 
 
 def _diagnose_text_logs(
     args: argparse.Namespace,
     texts: list[tuple[str, str]],
+    problems: list[str],
     library: Library,
     release: tuple[str, str] | None,
     derived: DerivedLibrary,
 ) -> int:
     from crashdoc.commands.explain import print_explained
     from crashdoc.commands.pipeline import explain_texts
+    from crashdoc.sources.textlog import only_notes
 
     for path, _ in texts:
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
-    print_explained(explain_texts(texts, library, release, derived), as_json=args.json)
-    return 0
-
-
-def _not_read(cmdline: tuple[str, ...]) -> tuple[str, str] | None:
-    return None
+    empty = {path for path, text in texts if only_notes(text)}
+    results = [
+        (name, diagnoses, warnings, "")
+        for name, diagnoses, warnings in explain_texts(
+            [(p, t) for p, t in texts if p not in empty], library, release, derived
+        )
+    ]
+    results += [(path, [], [], f"{path} holds no log line") for path in sorted(empty)]
+    status = print_explained(results, as_json=args.json)
+    for problem in problems:
+        print(f"crashdoc: {problem}", file=sys.stderr)
+    return max(status, EXIT_READ_NOTHING if problems else EXIT_OK)
 
 
 def _unit_name(name: str) -> str:

@@ -1,4 +1,9 @@
-"""`crashdoc explain`: diagnose pasted logs (plain, `journalctl -o cat` or `-o short*`)."""
+"""`crashdoc explain`: diagnose pasted logs (plain, `journalctl -o cat` or `-o short*`).
+
+Each input is read on its own: a file that cannot be read, or holds nothing to diagnose (empty, binary,
+only journalctl's `-- No entries --`), is named with the reason and the others are still diagnosed. The
+exit status is the worst over the inputs (`crashdoc.errors`): 3 nothing read, 1 a failure, 0 none.
+"""
 
 from __future__ import annotations
 
@@ -13,40 +18,86 @@ from crashdoc.commands.pipeline import (
     release_option,
     sglang_python_option,
 )
-from crashdoc.errors import EXIT_OK, UserError
+from crashdoc.errors import EXIT_CANNOT_RUN, EXIT_FAILURE_FOUND, EXIT_OK, EXIT_READ_NOTHING
 from crashdoc.events import Diagnosis
+
+PROBLEM_EXIT = EXIT_CANNOT_RUN  # a UserError here (library, --sglang-source) is no verdict on the log
+
+# (name, diagnoses, warnings, what could not be read: "" when the input was read)
+Explained = tuple[str, list[Diagnosis], list[Diagnosis], str]
 
 
 def main(args: argparse.Namespace) -> int:
-    from crashdoc.sources.textlog import read_sources
-
     release_option(args.sglang_version)  # a bad option is said before anything is read
-    # the input first: an empty, missing or unreadable file is said at once, before the library's
-    # second of loading
-    paths = args.files or ["-"]
-    stdin_text = sys.stdin.buffer.read().decode("utf-8", "replace") if "-" in paths else None
-    try:
-        sources = list(read_sources(paths, stdin_text))
-    except OSError as exc:
-        raise UserError(f"cannot read {exc.filename}: {exc.strerror}") from exc
-    interpreter = sglang_python_option(getattr(args, "sglang_python", None))
-    library = load_library_or_fail(args.signatures)
-    release, derived = derived_setup(args.sglang_version, args.sglang_source)
-    results = explain_texts(sources, library, release, derived)
-    results = accepted_fixes(sources, results, getattr(args, "launch_command", None), interpreter, derived)
-    print_explained(results, as_json=args.json)
-    return EXIT_OK
+    # the inputs first: an empty, missing or unreadable file is said at once, before the library's
+    # second of loading (which is skipped when nothing is left to diagnose)
+    inputs = read_inputs(args.files or ["-"])
+    readable = [(name, text) for name, text, problem in inputs if not problem]
+    interpreter = sglang_python_option(args.sglang_python)
+    diagnosed: list[tuple[str, list[Diagnosis], list[Diagnosis]]] = []
+    if readable:
+        library = load_library_or_fail(args.signatures)
+        release, derived = derived_setup(args.sglang_version, args.sglang_source)
+        diagnosed = explain_texts(readable, library, release, derived)
+        diagnosed = accepted_fixes(readable, diagnosed, args.launch_command, interpreter, derived)
+    answers = iter(diagnosed)
+    results: list[Explained] = []
+    for name, _, problem in inputs:
+        diagnoses, warnings = ([], []) if problem else next(answers)[1:]
+        results.append((name, diagnoses, warnings, problem))
+    return print_explained(results, as_json=args.json)
 
 
-def print_explained(results: list[tuple[str, list[Diagnosis], list[Diagnosis]]], *, as_json: bool) -> None:
-    """Each pasted log's diagnoses and warnings; with several logs, JSON is one object per line."""
+def read_inputs(paths: list[str]) -> list[tuple[str, str, str]]:
+    """(name, text, problem) per input, `-` meaning standard input; `problem` says why there is nothing to
+    diagnose in it ("" when there is)."""
+    from crashdoc.sources.textlog import not_text, only_notes, read_sources
+
+    out: list[tuple[str, str, str]] = []
+    for path in paths:
+        if path == "-":
+            data = sys.stdin.buffer.read()
+            problem = "standard input is empty, nothing to diagnose" if not data else not_text(data, "-") or ""
+            if problem.startswith("binary"):
+                problem = f"standard input holds {problem}"
+            text = data.decode("utf-8", "replace") if not problem else ""
+        else:
+            try:
+                [(_, text)] = read_sources([path])
+                problem = ""
+            except OSError as exc:
+                text, problem = "", f"cannot read {path}: {exc.strerror or exc}"
+        if not problem and only_notes(text):
+            what = "standard input" if path == "-" else path
+            problem = f"{what} holds no log line (only blank lines or journalctl's notes such as `-- No entries --`)"
+        out.append((path, text, problem))
+    return out
+
+
+def print_explained(results: list[Explained], *, as_json: bool) -> int:
+    """Each input's diagnoses and warnings, or why it was not read (also on stderr); with several inputs, JSON
+    is one object per line. Returns the exit status: the worst over the inputs."""
     from crashdoc.outputs.render import diagnoses_json, diagnoses_text
 
     several = len(results) > 1
-    for name, diagnoses, warnings in results:
+    status = EXIT_OK
+    for name, diagnoses, warnings, problem in results:
+        if problem:
+            print(f"crashdoc: {problem}", file=sys.stderr)
+            status = max(status, EXIT_READ_NOTHING)
+        elif diagnoses:
+            status = max(status, EXIT_FAILURE_FOUND)
+        extra: dict[str, object] = {"file": name} if several else {}
         if as_json:
-            print(diagnoses_json(diagnoses, warnings=warnings, **({"file": name} if several else {})))
+            if problem:
+                extra["problems"] = [problem]
+            print(diagnoses_json(diagnoses, warnings=warnings, **extra))
         else:
             if several:
                 print(f"== {name}")
-            sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
+            if problem:
+                if several:  # the reason is on stderr; here it says why this header has no diagnosis
+                    print(f"Nothing read: {problem}.")
+            else:
+                sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
+    return status

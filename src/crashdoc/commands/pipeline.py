@@ -1,22 +1,25 @@
 """Builds an engine and feeds it: the one wiring that `run`, `diagnose` and `explain` share.
 
-`explain` has no unit on disk, so its fixes are described, not applied to a command line;
-`run` and `diagnose` read the unit's real launch command (through `remedy.fixes`).
+The engine reads nothing from disk. `run` and `diagnose` read each unit's launch command before the engine's
+step (`remedy.launch.LaunchReader`: its flags, its SGLang release) and apply the fixes it decides after it
+(`remedy.stage.RemedyStage`); `explain` has no unit on disk, so its fixes stay described.
 """
 
 from __future__ import annotations
 
 import re
 from collections.abc import Callable, Iterable, Sequence
+from dataclasses import replace
 from pathlib import Path
 
-from crashdoc.diagnosis.engine import Engine
-from crashdoc.diagnosis.report import DiagnosisBuilder, ReleaseReader
-from crashdoc.errors import UserError
-from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, Thresholds
+from crashdoc.diagnosis.engine import Engine, feed
+from crashdoc.diagnosis.report import DiagnosisBuilder
+from crashdoc.errors import UsageError, UserError
+from crashdoc.events import Diagnosis, Thresholds
 from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
+from crashdoc.remedy.stage import RemedyStage
 
 
 def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
@@ -30,27 +33,14 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
     try:  # validated once, then read back from the cache while the files stay the same
         return load_library(folders, compiled=CompiledCache(default_cache_directory()))
     except LibraryError as exc:
-        raise UserError("the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+        raise UserError(exc.said("the signature library has problems")) from exc
 
 
-def pasted_log_builder(release: tuple[str, str] | None = None) -> DiagnosisBuilder:
-    """Pasted logs carry no unit to read a command line from: fixes are described, not applied to one.
-    `release` is (version, where from) when `--sglang-version` / `--sglang-source` said which SGLang ran."""
+def diagnosis_builder() -> DiagnosisBuilder:
+    """Diagnoses whose fixes are computed from the run's own numbers where a signature says how (`remedy.actions`)."""
     from crashdoc.remedy.actions import refine
 
-    return DiagnosisBuilder(refine=refine, forced_release=release)
-
-
-def unit_builder(release: tuple[str, str] | None = None, release_of: ReleaseReader | None = None) -> DiagnosisBuilder:
-    """Fixes applied to the unit's real launch command, with the safety checks its signature names; the SGLang
-    release each unit runs read from its interpreter's files (`release_of`), unless `release` says it."""
-    from crashdoc.remedy.actions import refine
-    from crashdoc.remedy.fixes import unit_fix_synthesizer, unit_flags
-    from crashdoc.remedy.release import unit_release
-
-    return DiagnosisBuilder(
-        unit_fix_synthesizer(), unit_flags, refine, release_of=release_of or unit_release, forced_release=release
-    )
+    return DiagnosisBuilder(refine=refine)
 
 
 def release_option(version: str | None) -> tuple[str, str] | None:
@@ -58,7 +48,7 @@ def release_option(version: str | None) -> tuple[str, str] | None:
     if version is None:
         return None
     if not re.fullmatch(r"\d+(?:\.\d+){1,3}(?:(?:\.?(?:post|rc|dev|a|b))\d*)*(?:\+[\w.]+)?", version):
-        raise UserError(f"--sglang-version {version!r}: expected a release such as 0.5.23 or 0.5.10.post1")
+        raise UsageError(f"--sglang-version {version!r}: expected a release such as 0.5.23 or 0.5.10.post1")
     return version, "--sglang-version"
 
 
@@ -85,34 +75,26 @@ def derived_setup(
 def build_engine(
     matcher: Matcher | Callable[[], Matcher],
     *,
-    builder: DiagnosisBuilder,
     thresholds: Thresholds | None = None,
     role_of: Callable[[str], str | None] | None = None,
+    release: tuple[str, str] | None = None,
     lone_lines: bool = False,
 ) -> Engine:
+    """An engine; `release` is (version, where from) when `--sglang-version` / `--sglang-source` said which SGLang
+    ran, above what each unit's files or log say."""
+    builder = diagnosis_builder()
     if role_of is None:
-        return Engine(matcher, thresholds=thresholds, builder=builder, lone_lines=lone_lines)
-    return Engine(matcher, thresholds=thresholds, role_of=role_of, builder=builder)
+        return Engine(matcher, thresholds=thresholds, builder=builder, release_option=release, lone_lines=lone_lines)
+    return Engine(
+        matcher, thresholds=thresholds, role_of=role_of, builder=builder, release_option=release, lone_lines=lone_lines
+    )
 
 
 def daemon_engine(
-    matcher: Callable[[], Matcher],
-    thresholds: Thresholds,
-    role_of: Callable[[str], str | None],
-    release_of: ReleaseReader | None = None,
+    matcher: Callable[[], Matcher], thresholds: Thresholds, role_of: Callable[[str], str | None]
 ) -> Engine:
-    """The daemon's engine: the current (hot-reloaded) matcher, fixes on the units' real commands, each
-    unit's SGLang release as `release_of` reads it."""
-    return build_engine(matcher, builder=unit_builder(release_of=release_of), thresholds=thresholds, role_of=role_of)
-
-
-def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord]) -> None:
-    on_line, on_lifecycle = engine.on_line, engine.on_lifecycle  # looked up once, not per event
-    for event in events:
-        if isinstance(event, LogLine):
-            on_line(event)
-        else:
-            on_lifecycle(event)
+    """The daemon's engine: the current (hot-reloaded) matcher."""
+    return build_engine(matcher, thresholds=thresholds, role_of=role_of)
 
 
 def explain_text(
@@ -131,9 +113,7 @@ def explain_text_with_warnings(
     """Diagnose one pasted log: (failures, tracebacks the server survived)."""
     from crashdoc.sources.textlog import parse_text
 
-    engine = build_engine(
-        matcher or Matcher(library, load_shipped()), builder=pasted_log_builder(release), lone_lines=True
-    )
+    engine = build_engine(matcher or Matcher(library, load_shipped()), release=release, lone_lines=True)
     gpu = None
     if "NVRM" in text or "SXid" in text:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
         from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste
@@ -145,10 +125,14 @@ def explain_text_with_warnings(
     diagnoses, warnings = engine.diagnoses(), engine.warnings()
     if gpu is not None:  # hardware or configuration: the kernel's GPU faults against each crash
         diagnoses = apply_to_paste(gpu, diagnoses, parsed.lines)
+    stage = RemedyStage(on_disk=False)  # the unit is not on this host: its fixes stay described
+    diagnoses = stage.remedy_all(diagnoses, check=False)
+    warnings = stage.remedy_all(warnings, check=False)
     # how the paste was read (quote markers, a CI column, ...): the evidence says it, once per diagnosis
     notes = [f"read the pasted log after: {n}" for n in parsed.notes if not n.startswith("no traceback given")]
-    for d in (*diagnoses, *warnings):
-        d.evidence.extend(notes)
+    if notes:
+        diagnoses = [replace(d, evidence=[*d.evidence, *notes]) for d in diagnoses]
+        warnings = [replace(d, evidence=[*d.evidence, *notes]) for d in warnings]
     return diagnoses, warnings
 
 
@@ -184,21 +168,15 @@ def accepted_fixes(
     interpreter: str | None,
     derived: DerivedLibrary | None,
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
-    """The remedy stage after the engine, for pasted logs: each fix searched for one SGLang accepts."""
+    """The remedy stage's search for pasted logs: each flag failure's fix searched on the paste's command (or
+    `--command`), checked by `--sglang-python`'s SGLang when given."""
     if not any(found for _, found, _ in results):
-        return results  # a healthy log: explain's start-up pays nothing for the remedy stage
-    from crashdoc.remedy.accepted import accept_pasted
-    from crashdoc.remedy.argfacts import load_shipped as load_facts
+        return results  # a healthy log: explain's start-up pays nothing for the search
+    from crashdoc.remedy.accepted import pasted_launch
 
-    facts = load_facts()
+    stage = RemedyStage(on_disk=False, derived=derived, interpreter=interpreter)
     texts = dict(sources)
     return [
-        (
-            name,
-            accept_pasted(
-                texts[name], found, command_text=command, interpreter=interpreter, facts=facts, derived=derived
-            ),
-            warnings,
-        )
+        (name, stage.remedy_pasted(found, pasted_launch(texts[name], command)) if found else found, warnings)
         for name, found, warnings in results
     ]

@@ -6,7 +6,7 @@ import argparse
 import dataclasses
 import os
 
-from crashdoc.errors import UserError
+from crashdoc.errors import ProblemsError, UserError
 
 
 def main(args: argparse.Namespace) -> int:
@@ -19,7 +19,7 @@ def main(args: argparse.Namespace) -> int:
     try:
         config = load_config(args.config)
     except ConfigError as exc:
-        raise UserError("invalid configuration, not starting:\n" + "\n".join(f"  {p}" for p in exc.problems)) from exc
+        raise UserError(exc.said("invalid configuration, not starting")) from exc
     overrides = {}
     if args.state_directory:
         overrides["state_directory"] = args.state_directory
@@ -46,19 +46,12 @@ def main(args: argparse.Namespace) -> int:
         daemon, http = build(config, daemon_engine)
     except OSError as exc:
         raise UserError(str(exc.strerror or exc)) from exc
-    except Exception as exc:
-        from crashdoc.matching.library import LibraryError
+    except ProblemsError as exc:  # the signature library, or the web configuration (TLS, basic auth)
         from crashdoc.outputs.webconfig import WebConfigError
 
         if isinstance(exc, WebConfigError):
-            raise UserError(
-                "the web configuration has problems, not starting:\n" + "\n".join(f"  {p}" for p in exc.problems)
-            ) from exc
-        if isinstance(exc, LibraryError):
-            raise UserError(
-                "the signature library has problems:\n" + "\n".join(f"  {p}" for p in exc.problems)
-            ) from exc
-        raise
+            raise UserError(exc.said("the web configuration has problems, not starting")) from exc
+        raise UserError(exc.said("the signature library has problems")) from exc
     daemon.notify = sd_notify
     daemon.config_path = args.config  # SIGHUP reads it again; the options above keep winning
     daemon.overrides = overrides

@@ -14,7 +14,7 @@ from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from crashdoc.assembly.logline import split_prefix
-from crashdoc.diagnosis.run import Run
+from crashdoc.diagnosis.views import RunView
 from crashdoc.events import GpuEvent
 from crashdoc.sources.kernel_gpu import normalize_bus_id
 from crashdoc.sources.nvidia_gpus import GpuMap
@@ -142,7 +142,7 @@ def unit_gpus(ranks: Iterable[str], flags: Mapping[str, str], visible: str | Non
 # --- what the engine publishes -> the facts of a crash -----------------------------------------------------------
 
 
-def processes_of_run(run: Run) -> dict[int, str]:
+def processes_of_run(run: RunView) -> dict[int, str]:
     """pid -> rank of the processes a run's lines came from, as its tracebacks and markers recorded them."""
     out: dict[int, str] = {}
     seen = [(m.pid, m.rank) for m in run.markers] + [(tb.pid, tb.rank) for tb in run.tracebacks]
@@ -153,7 +153,7 @@ def processes_of_run(run: Run) -> dict[int, str]:
 
 
 def crash_of_run(
-    unit: str, run: Run, kind: str, flags: Mapping[str, str], visible: str | None, gpus: GpuMap
+    unit: str, run: RunView, kind: str, flags: Mapping[str, str], visible: str | None, gpus: GpuMap
 ) -> CrashFacts | None:
     """The facts of a crashed run (as the engine published it): its first error line (the earliest fatal
     traceback or critical line), that error's rank and exception, its processes and their GPUs."""

@@ -10,17 +10,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 from crashdoc.assembly.traceback import FATAL_TYPE
 from crashdoc.diagnosis.category import failure_kind
 from crashdoc.diagnosis.configchange import ConfigChange
 from crashdoc.diagnosis.rootcause import Finding
-from crashdoc.diagnosis.run import Run
-from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause, UnitState
+from crashdoc.diagnosis.views import RunView
+from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause, UnitState
 from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
 from crashdoc.matching.derived import DerivedMatch, release_range
-from crashdoc.matching.flagnames import canonical, canonical_flags
+from crashdoc.matching.flagnames import canonical
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
@@ -31,13 +31,9 @@ _FLAG_NAME = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
 _ENV_NAME = re.compile(r"\bSGLANG_[A-Z0-9_]*[A-Z0-9]")
 _UNSET = ("", "None", "False", "false", "[]", "{}")
 
-FixSynthesizer = Callable[["UnitContext", list[FlagChange], Fix], None]
-FlagReader = Callable[[tuple[str, ...]], dict[str, str]]
 # Computes a signature's action from the run's own numbers (remedy.actions): may replace the fix's changes and
-# summary and say why, before the changes are applied to the unit's command. Pure: no I/O.
+# summary and say why. Pure: no I/O (the command, diff and checks come later, from the remedy stage).
 FixRefiner = Callable[[Finding, "UnitContext", Fix], None]
-# a unit's command line -> (SGLang release its interpreter imports, where that was read), or None
-ReleaseReader = Callable[[tuple[str, ...]], "tuple[str, str] | None"]
 
 
 @dataclass(slots=True)
@@ -47,54 +43,19 @@ class UnitContext:
     n_restarts: int | None = None
     facts: Facts = field(default_factory=Facts)
     cmdline: tuple[str, ...] = ()
-    invocation: Run | None = None
+    run: RunView | None = None
     state: UnitState | None = None
-    safety: str | None = None  # the signature's `fix.safety` check, set while its fix is synthesized
     config_change: ConfigChange | None = None
-    sglang_version: str = ""  # the release the unit runs ("" when unknown)
-    sglang_version_from: str = ""  # where crashdoc read it
+    sglang_release: str = ""  # the release the unit runs ("" when unknown)
+    sglang_release_from: str = ""  # where crashdoc read it
     peers: tuple[tuple[str, dict[str, str]], ...] = ()  # the other watched units and their flags
 
 
-def _no_fix(ctx: UnitContext, changes: list[FlagChange], fix: Fix) -> None:
-    return None
-
-
-def _no_flags(cmdline: tuple[str, ...]) -> dict[str, str]:
-    return {}
-
-
-def _no_release(cmdline: tuple[str, ...]) -> tuple[str, str] | None:
-    return None
-
-
 class DiagnosisBuilder:
-    """Builds diagnoses; the fix synthesizer and flag reader are injected so tests and the
-    one-shot commands can run without a unit on disk."""
+    """Builds diagnoses from findings; the fix refiner (pure) is injected so the engine stays below remedy."""
 
-    def __init__(
-        self,
-        synthesize: FixSynthesizer | None = None,
-        flags_of: FlagReader | None = None,
-        refine: FixRefiner | None = None,
-        *,
-        release_of: ReleaseReader | None = None,
-        forced_release: tuple[str, str] | None = None,
-    ) -> None:
-        self._synthesize = synthesize or _no_fix
-        self._flags_of = flags_of or _no_flags
+    def __init__(self, refine: FixRefiner | None = None) -> None:
         self._refine = refine
-        self._release_of = release_of or _no_release
-        # (release, "where from"): what `--sglang-version` / `--sglang-source` said, above anything read
-        self.forced_release = forced_release
-
-    def release_of(self, cmdline: tuple[str, ...]) -> tuple[str, str] | None:
-        """The SGLang release the command's interpreter imports, and where that was read; None if unknown."""
-        return self._release_of(cmdline) if cmdline else None
-
-    def flags_of(self, cmdline: tuple[str, ...]) -> dict[str, str]:
-        """The command's SGLang flags under their canonical names (`--tp 8` -> `--tp-size`)."""
-        return canonical_flags(self._flags_of(cmdline)) if cmdline else {}
 
     def build(
         self, finding: Finding, ctx: UnitContext, library: Library, crashes: int = 1, confidence: float = 1.0
@@ -113,20 +74,22 @@ class DiagnosisBuilder:
                 category = finding.category_guess  # a generic signature (illegal memory access): where it happened
             flags = list(sig.flags)
             fix = self._fix_from_signature(sig, captures, ctx, finding)
+            safety = sig.safety or ""
         else:
             title = _unknown_title(finding)
             category = finding.category_guess
             severity = "critical" if finding.kind != "line" else "warning"
             flags = named_flags(finding.message) if finding.kind != "exit" else []
             fix = Fix(summary=_unknown_advice(finding, flags, ctx.facts.flags))
-        inv = ctx.invocation
+            safety = ""
+        run = ctx.run
         evidence = list(finding.evidence)
         if ctx.config_change is not None:
             evidence.insert(0, ctx.config_change.summary())
         if derived is not None:
             evidence.append(derived.signature.evidence(derived.known))
         evidence.extend(peer_evidence([finding.line, *evidence], ctx.peers))
-        note = version_note(finding.derived, ctx.sglang_version)
+        note = version_note(finding.derived, ctx.sglang_release)
         if note is not None:
             evidence.append(note)
         # systemd's restart count is `restarts`, kept current; a copy here would go stale as the loop goes on
@@ -150,23 +113,23 @@ class DiagnosisBuilder:
             restarts=ctx.n_restarts,
             subsystem=category,
             kind=failure_kind(finding, sig),
-            invocation=inv.id if inv is not None and not inv.id.startswith("run-") else "",
+            invocation=run.id if run is not None and not run.id.startswith("run-") else "",
             captures=captures,
             confidence=confidence,
             crashes=crashes,
-            exit=inv.exit_text() if inv is not None else None,
+            exit=run.exit if run is not None else None,
             timestamp=finding.timestamp,
             config_change=ctx.config_change.as_dict() if ctx.config_change is not None else None,
             derived=derived is not None,
-            sglang_version=ctx.sglang_version or None,
-            sglang_version_from=ctx.sglang_version_from or None,
+            sglang_release=ctx.sglang_release or None,
+            sglang_release_from=ctx.sglang_release_from or None,
             version_note=note,
+            target=fix_target(ctx, safety),
         )
 
     def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:
         """A loop whose crashes left nothing to go on: say so, with what systemd saw."""
-        inv = ctx.invocation
-        exit_text = inv.exit_text() if inv is not None else None
+        exit_text = ctx.run.exit if ctx.run is not None else None
         evidence = [f"main process {exit_text}"] if exit_text else []
         return Diagnosis(
             unit=unit,
@@ -188,8 +151,9 @@ class DiagnosisBuilder:
             crashes=crashes,
             confidence=0.0,
             exit=exit_text,
-            sglang_version=ctx.sglang_version or None,
-            sglang_version_from=ctx.sglang_version_from or None,
+            sglang_release=ctx.sglang_release or None,
+            sglang_release_from=ctx.sglang_release_from or None,
+            target=fix_target(ctx, ""),
         )
 
     def _fix_from_signature(
@@ -224,10 +188,23 @@ class DiagnosisBuilder:
         fix = Fix(summary=summary, changes=changes, warnings=warnings)
         if self._refine is not None and finding is not None:
             self._refine(finding, ctx, fix)
-            changes = fix.changes
-        if changes:
-            self._synthesize(replace(ctx, safety=sig.safety) if sig.safety else ctx, changes, fix)
         return fix
+
+
+def fix_target(ctx: UnitContext, safety: str) -> FixTarget:
+    """Where the remedy stage applies the changes: the run's command and the unit's settings as seen now."""
+    state = ctx.state
+    markers = ctx.run.markers if ctx.run is not None else ()
+    return FixTarget(
+        cmdline=ctx.cmdline,
+        exec_start=state.exec_start if state is not None else (),
+        drop_in_paths=state.drop_in_paths if state is not None else (),
+        numa_policy=state.numa_policy if state is not None else "",
+        numa_mask=state.numa_mask if state is not None else "",
+        cpu_affinity=state.cpu_affinity if state is not None else "",
+        safety=safety,
+        kv_cache=tuple((m.pid, m.text) for m in markers if m.kind == "kv-cache"),
+    )
 
 
 def version_note(match: DerivedMatch | None, release: str) -> str | None:

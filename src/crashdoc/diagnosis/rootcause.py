@@ -128,7 +128,7 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
                 if other.match is not None and other.fingerprint == chosen.fingerprint:
                     chosen = other
                     break
-        if chosen.traceback is not None and (chosen.match is None or facts.sglang_version):
+        if chosen.traceback is not None and (chosen.match is None or facts.sglang_release):
             # also behind a reviewed answer when the unit's release is known: its version note needs it
             chosen.derived = matcher.match_derived(chosen.traceback, facts)
         _add_traceback_evidence(chosen, inv)
@@ -140,7 +140,7 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
         return finding
     if inv.lone:  # a pasted log whose failure is a lone message line: read like a traceback without frames
         chosen = traceback_finding(inv.lone[0], matcher, facts)
-        if chosen.match is None or facts.sglang_version:
+        if chosen.match is None or facts.sglang_release:
             chosen.derived = matcher.match_derived(inv.lone[0], facts)
         _add_traceback_evidence(chosen, inv)
         return chosen

@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 
 import re2
 
+from crashdoc.errors import ProblemsError
 from crashdoc.events import FlagChange
 from crashdoc.matching.cache import CompiledCache, Digest, file_stamp
 
@@ -40,12 +41,8 @@ class Problem:
         return f"{self.file}:{self.line}: {self.message}" if self.line else f"{self.file}: {self.message}"
 
 
-class LibraryError(Exception):
-    """The library could not be loaded; `problems` lists every reason."""
-
-    def __init__(self, problems: Sequence[Problem]) -> None:
-        self.problems = list(problems)
-        super().__init__("\n".join(str(p) for p in self.problems))
+class LibraryError(ProblemsError):
+    """The library could not be loaded; `problems` lists every reason (each a `Problem`)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -21,10 +21,17 @@ _LITERAL_WEIGHT_CAP = 60
 _MARKER_LITERALS = tuple(literal for _, literal in MARKERS)  # after the line signatures in the scan set
 
 
-def re2_options() -> re2.Options:
+HOT_MAX_MEM = 64 << 20  # room for the DFA of a large combined set scanned on every line
+# what is matched once per crash (exception messages, frames): RE2 keeps the DFA states of every text it
+# has seen up to its budget (the message set held 26 MB after 400 distinct messages at 64 MB); at 4 MB
+# they are rebuilt when the budget is spent, 0.13 ms a message instead of 0.015 (bench/README.md)
+COLD_MAX_MEM = 4 << 20
+
+
+def re2_options(max_mem: int = HOT_MAX_MEM) -> re2.Options:
     options = re2.Options()
     options.log_errors = False
-    options.max_mem = 64 << 20  # room for the DFA of a large combined set
+    options.max_mem = max_mem
     return options
 
 
@@ -37,7 +44,7 @@ class Facts:
     disaggregation_mode: str = ""
     role: str = ""
     platform: str = ""
-    sglang_version: str = ""  # the SGLang release the unit runs, when known: derived matches prefer it
+    sglang_release: str = ""  # the SGLang release the unit runs, when known: derived matches prefer it
 
     def get(self, key: str) -> str:
         return str(getattr(self, key, "") or "")
@@ -55,7 +62,7 @@ class _LazyRegex:
 
     def search(self, text: str) -> re2._Match | None:
         if self._compiled is None:
-            self._compiled = re2.compile(self.pattern, re2_options())
+            self._compiled = re2.compile(self.pattern, re2_options(COLD_MAX_MEM))
         return self._compiled.search(text)
 
 
@@ -74,20 +81,28 @@ class _PatternSet:
     The set is compiled on its first use: `explain` on a log without a traceback never pays for
     the traceback set (most of a large library)."""
 
-    def __init__(self, patterns: list[str]) -> None:
+    def __init__(self, patterns: list[str], max_mem: int = HOT_MAX_MEM) -> None:
         self.size = len(patterns)
         self._patterns = patterns
+        self._max_mem = max_mem
         self._set: re2.Set | None = None
         self._match = self._compile_and_match if patterns else None
 
     def _compile_and_match(self, data: bytes) -> list[int] | None:
-        self._set = re2.Set.SearchSet(re2_options())
-        for pattern in self._patterns:
-            self._set.Add(pattern)
-        self._set.Compile()
+        for max_mem in sorted({self._max_mem, HOT_MAX_MEM}):  # a program too large for the budget gets more
+            compiled = re2.Set.SearchSet(re2_options(max_mem))
+            for pattern in self._patterns:
+                compiled.Add(pattern)
+            try:
+                compiled.Compile()
+                break
+            except re2._re2.Error:
+                if max_mem >= HOT_MAX_MEM:
+                    raise
+        self._set = compiled
         # the compiled set itself: re2.Set.Match only encodes the str and wraps the call,
         # two Python frames that cost as much as the match on a typical line
-        self._match = getattr(self._set, "_set", self._set).Match
+        self._match = getattr(compiled, "_set", compiled).Match
         return self._match(data)
 
     def compile(self) -> None:
@@ -125,7 +140,7 @@ class Matcher:
                 (self._traceback if sig.message else self._by_type).append(compiled)
             else:
                 self._exit.append(sig)
-        self._message_set = _PatternSet([c.signature.message or "" for c in self._traceback])
+        self._message_set = _PatternSet([c.signature.message or "" for c in self._traceback], COLD_MAX_MEM)
         self._line_set = _PatternSet([c.signature.line or "" for c in self._line])
         # the engine's per-line pass: the line signatures and the marker literals in one RE2 set
         self._scan_set = _PatternSet(
@@ -227,7 +242,7 @@ class Matcher:
         """The derived signature for the exception finally raised (or one it was chained from)."""
         if self.derived is None:
             return None
-        release = facts.sglang_version if facts is not None and facts.sglang_version else None
+        release = facts.sglang_release if facts is not None and facts.sglang_release else None
         for exc in reversed(tb.chain):
             found = self.derived.match(exc.message, exc.type, release)
             if found is not None:

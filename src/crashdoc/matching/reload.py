@@ -57,10 +57,7 @@ class LibraryHolder:
         except LibraryError as exc:
             self.errors += 1
             self.last_error = str(exc.problems[0]) if exc.problems else "unknown problem"
-            self._log(
-                "signature library reload rejected, the previous library stays active:\n"
-                + "\n".join(f"  {p}" for p in exc.problems[:20])
-            )
+            self._log(exc.said("signature library reload rejected, the previous library stays active", limit=20))
             return False
         except Exception as exc:
             self.errors += 1

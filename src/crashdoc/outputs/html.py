@@ -14,12 +14,12 @@ import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
-from crashdoc.diagnosis.engine import UnitRecord
+from crashdoc.diagnosis.views import UnitView
 from crashdoc.events import Diagnosis
 from crashdoc.matching.library import Signature
 from crashdoc.outputs.render import sglang_release_text
 from crashdoc.redact import redact
-from crashdoc.remedy.fix import describe
+from crashdoc.remedy.rewrite import describe
 from crashdoc.text import clean
 
 _STYLE = """
@@ -172,14 +172,13 @@ def _signature_header(sig: Signature) -> str:
     )
 
 
-def unit_page(rec: UnitRecord, sig: Signature | None, warnings: Sequence[Diagnosis] = ()) -> bytes:
-    """`/units/<unit>`: the unit's state, its (last) diagnosis with the fix, and the runbook it points to;
+def unit_page(rec: UnitView, d: Diagnosis | None, sig: Signature | None, warnings: Sequence[Diagnosis] = ()) -> bytes:
+    """`/units/<unit>`: the unit's state, its (last) diagnosis `d` with the fix, and the runbook it points to;
     then the errors its runs survived (warnings: no crash).
 
     `sig` is the signature of the diagnosis, None for an unknown error."""
-    d = rec.diagnosis or rec.last_diagnosis
     body = [
-        f"<h1>{esc(rec.name)}: {esc(rec.loop.state.value)}</h1>",
+        f"<h1>{esc(rec.name)}: {esc(rec.loop_state)}</h1>",
         f"<p class='meta'>NRestarts {esc(rec.n_restarts if rec.n_restarts is not None else '?')}"
         f" &middot; restarts seen {esc(rec.restarts_total)} &middot; crashes {esc(rec.crashes_total)}</p>",
     ]
@@ -206,9 +205,9 @@ def unit_page(rec: UnitRecord, sig: Signature | None, warnings: Sequence[Diagnos
     return page(f"{rec.name} - crashdoc", "\n".join(body))
 
 
-def runbook_page(sig: Signature, records: Iterable[UnitRecord]) -> bytes:
+def runbook_page(sig: Signature, records: Iterable[tuple[UnitView, Diagnosis | None]]) -> bytes:
     """`/runbook/<signature>`: what alerts link to. The runbook, then the latest diagnosis of every unit that
-    has (or had) this root cause, with its evidence and the exact fix for that unit."""
+    has (or had) this root cause (each unit with it), with its evidence and the exact fix for that unit."""
     changes = "".join(f"<li><code>{esc(describe(c))}</code></li>" for c in sig.changes)
     body = [
         f"<h1>{esc(sig.title)}</h1>",
@@ -220,14 +219,12 @@ def runbook_page(sig: Signature, records: Iterable[UnitRecord]) -> bytes:
     if sig.source:
         body.append(f"<p class='meta'>Raised in SGLang {esc(sig.sglang)} <code>{esc(sig.source)}</code></p>")
     seen = False
-    for rec in sorted(records, key=lambda r: r.name):
-        d = rec.diagnosis or rec.last_diagnosis
+    for rec, d in sorted(records, key=lambda r: r[0].name):
         if d is None or d.signature != sig.id:
             continue
         seen = True
         body.append(
-            f"<h2>Latest on <a href='{href('..', 'units', rec.name)}'>{esc(rec.name)}</a>"
-            f" ({esc(rec.loop.state.value)})</h2>"
+            f"<h2>Latest on <a href='{href('..', 'units', rec.name)}'>{esc(rec.name)}</a> ({esc(rec.loop_state)})</h2>"
         )
         body.append(diagnosis_section(d))
     if not seen:
@@ -235,12 +232,12 @@ def runbook_page(sig: Signature, records: Iterable[UnitRecord]) -> bytes:
     return page(f"{sig.id} - crashdoc runbook", "\n".join(body))
 
 
-def index_page(records: Iterable[UnitRecord]) -> bytes:
+def index_page(records: Iterable[UnitView]) -> bytes:
     """`/`: every watched unit, its state and current diagnosis."""
     body = ["<h1>crashdoc</h1><table><tr><th>unit</th><th>state</th><th>diagnosis</th></tr>"]
     for rec in sorted(records, key=lambda r: r.name):
         d = rec.diagnosis
-        state = rec.loop.state.value
+        state = rec.loop_state
         cls = "crit" if state in ("crash-looping", "failed") else "ok"
         what = f"{esc(d.signature or 'unknown')} {esc(d.title)}" if d is not None else ""
         body.append(

@@ -1,16 +1,14 @@
-"""Prometheus exposition: one collector that reads the engine's state at scrape time.
+"""Prometheus exposition: one collector that reads the engine's unit views at scrape time.
 
 Nothing is mirrored into client-library metric objects: the engine is the source of truth
-and the collector translates it, so a scrape can never disagree with `/diagnoses`. Label
-values are bounded: unit names (from the configured patterns), signature ids (from the
-library or the shipped derived signatures, or "unknown"), categories, severities and `derived`
-(true|false); never messages, PIDs or paths.
+and the collector translates it, so a scrape can never disagree with `/diagnoses`. The
+families are declared as data (`UNIT_FAMILIES`, `HEALTH_FAMILIES`): a new one is a row.
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
@@ -18,7 +16,7 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector
 
 from crashdoc import __version__
-from crashdoc.diagnosis.engine import UnitRecord
+from crashdoc.diagnosis.views import UnitView
 from crashdoc.events import KINDS
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
@@ -70,8 +68,240 @@ class Health:
     diagnosis_latency: LatencyHistogram = field(default_factory=LatencyHistogram)  # crash -> diagnosis
 
 
+Samples = Iterable[tuple[Sequence[str], float]]  # (label values, value)
+
+
+@dataclass(frozen=True, slots=True)
+class UnitFamily:
+    """A metric family with a sample (or several) per watched unit."""
+
+    name: str
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily]
+    help: str
+    labels: tuple[str, ...]
+    samples: Callable[[UnitView], Samples]
+
+
+@dataclass(frozen=True, slots=True)
+class HealthFamily:
+    """A metric family of one unlabelled value: one of crashdoc's own vital signs."""
+
+    name: str
+    kind: type[GaugeMetricFamily] | type[CounterMetricFamily]
+    help: str
+    value: Callable[[Health], float]
+
+
+def _one(value: Callable[[UnitView], float | None]) -> Callable[[UnitView], Samples]:
+    """One sample labelled with the unit's name; none when `value` is None."""
+
+    def samples(u: UnitView) -> Samples:
+        v = value(u)
+        return [] if v is None else [((u.name,), v)]
+
+    return samples
+
+
+def _crashes(u: UnitView) -> Samples:
+    by_signature = dict(u.crashes_by_signature)
+    by_signature.setdefault("unknown", 0)
+    return [((u.name, signature), float(count)) for signature, count in sorted(by_signature.items())]
+
+
+def _diagnosis_info(u: UnitView) -> Samples:
+    d = u.diagnosis
+    if d is None:
+        return []
+    derived = "true" if d.derived else "false"
+    return [
+        ((u.name, d.signature or "unknown", d.category, d.severity, derived, d.subsystem or d.category, d.kind), 1.0)
+    ]
+
+
+GAUGE, COUNTER = GaugeMetricFamily, CounterMetricFamily
+LOOP_STATES = ("healthy", "crash-looping", "failed", "recovered", "stopped")
+
+# What /metrics says of each unit, in this order. Label values are bounded: unit names (from the configured
+# patterns), signature ids (from the library, the shipped derived signatures, or "unknown"), categories,
+# severities, kinds and `derived` (true|false); never messages, PIDs or paths.
+UNIT_FAMILIES: tuple[UnitFamily, ...] = (
+    UnitFamily(
+        "crashdoc_unit_crashloop",
+        GAUGE,
+        "1 while the unit is crash-looping (or failed after one)",
+        ("unit",),
+        _one(lambda u: 1.0 if u.crashloop else 0.0),
+    ),
+    UnitFamily(
+        "crashdoc_unit_failed",
+        GAUGE,
+        "1 after the start limit was hit or the unit failed without a restart",
+        ("unit",),
+        _one(lambda u: 1.0 if u.failed else 0.0),
+    ),
+    UnitFamily(
+        "crashdoc_unit_restarts",
+        COUNTER,
+        "restarts systemd scheduled (PID 1's restart records)",
+        ("unit",),
+        _one(lambda u: float(u.restarts_total)),
+    ),
+    UnitFamily(
+        "crashdoc_unit_nrestarts",
+        GAUGE,
+        "systemd's NRestarts (since the last manual start)",
+        ("unit",),
+        _one(lambda u: None if u.n_restarts is None else float(u.n_restarts)),
+    ),
+    UnitFamily("crashdoc_crashes", COUNTER, "crashed runs by root-cause signature", ("unit", "signature"), _crashes),
+    UnitFamily(
+        "crashdoc_unit_last_crash_timestamp_seconds",
+        GAUGE,
+        "when the unit last crashed",
+        ("unit",),
+        _one(lambda u: u.last_crash_at or None),
+    ),
+    UnitFamily(
+        "crashdoc_unit_loop_start_timestamp_seconds",
+        GAUGE,
+        "when the current crash loop began",
+        ("unit",),
+        _one(lambda u: u.loop_started_at if u.crashloop and u.loop_started_at else None),
+    ),
+    UnitFamily(
+        "crashdoc_diagnosis_info",
+        GAUGE,
+        "the current crash loop's diagnosis (derived: answered by a signature derived from SGLang's source)",
+        ("unit", "signature", "category", "severity", "derived", "subsystem", "kind"),
+        _diagnosis_info,
+    ),
+    UnitFamily(
+        "crashdoc_diagnosis_confidence",
+        GAUGE,
+        "share of the loop's crashes that have the diagnosed root cause",
+        ("unit",),
+        _one(lambda u: u.diagnosis.confidence if u.diagnosis is not None else None),
+    ),
+    UnitFamily(
+        "crashdoc_line_failures",
+        COUNTER,
+        "failures that do not end the process (e.g. KV transfer), by signature",
+        ("unit", "signature"),
+        lambda u: [((u.name, sig), float(n)) for sig, n in sorted(u.line_failures.items())],
+    ),
+    UnitFamily(
+        "crashdoc_warnings",
+        COUNTER,
+        "tracebacks a run survived (SGLang logged them and carried on, or served after them), by kind "
+        "of failure: never a crash, never an alert",
+        ("unit", "kind"),
+        # every kind, so that rate() sees the first warning
+        lambda u: [((u.name, kind), float(u.warnings_by_kind.get(kind, 0))) for kind in KINDS],
+    ),
+    UnitFamily(
+        "crashdoc_unit_state",
+        GAUGE,
+        "loop state of the unit (one-hot)",
+        ("unit", "state"),
+        lambda u: [((u.name, state), 1.0 if u.loop_state == state else 0.0) for state in LOOP_STATES],
+    ),
+)
+
+# crashdoc's own vital signs, in this order, between crashdoc_build and the latency histogram.
+HEALTH_FAMILIES: tuple[HealthFamily, ...] = (
+    HealthFamily("crashdoc_dbus_up", GAUGE, "1 when the D-Bus connection to systemd works", lambda h: float(h.dbus_up)),
+    HealthFamily(
+        "crashdoc_journal_last_entry_timestamp_seconds",
+        GAUGE,
+        "timestamp of the newest journal entry read",
+        lambda h: h.journal_last_entry_timestamp,
+    ),
+    HealthFamily(
+        "crashdoc_journal_lag_seconds",
+        GAUGE,
+        "how far reading is behind the newest entry written",
+        lambda h: h.journal_lag_seconds,
+    ),
+    HealthFamily("crashdoc_journal_entries_read", COUNTER, "journal entries read", lambda h: h.journal_entries_read),
+    HealthFamily(
+        "crashdoc_journal_read_errors",
+        COUNTER,
+        "journal entries that could not be read",
+        lambda h: h.journal_read_errors,
+    ),
+    HealthFamily(
+        "crashdoc_journal_entries_skipped",
+        COUNTER,
+        "journal entries gone before they could be read (rotated away and vacuumed)",
+        lambda h: h.journal_entries_skipped,
+    ),
+    HealthFamily(
+        "crashdoc_signatures_loaded", GAUGE, "signatures in the active library", lambda h: h.signatures_loaded
+    ),
+    HealthFamily(
+        "crashdoc_signature_reload_errors",
+        COUNTER,
+        "library reloads rejected (the previous library stays active)",
+        lambda h: h.signature_reload_errors,
+    ),
+    HealthFamily(
+        "crashdoc_signature_reloads", COUNTER, "library reloads that took effect", lambda h: h.signature_reloads
+    ),
+    HealthFamily(
+        "crashdoc_config_reloads",
+        COUNTER,
+        "configuration reloads (SIGHUP) that took effect",
+        lambda h: h.config_reloads,
+    ),
+    HealthFamily(
+        "crashdoc_config_reload_errors",
+        COUNTER,
+        "configuration reloads rejected (the previous configuration stays active)",
+        lambda h: h.config_reload_errors,
+    ),
+    HealthFamily(
+        "crashdoc_config_last_reload_successful",
+        GAUGE,
+        "0 after a rejected configuration reload, until one is taken",
+        lambda h: float(h.config_reload_ok),
+    ),
+    HealthFamily(
+        "crashdoc_web_config_reloads",
+        COUNTER,
+        "web configuration (TLS, basic auth) edits that took effect",
+        lambda h: h.web_config_reloads,
+    ),
+    HealthFamily(
+        "crashdoc_web_config_reload_errors",
+        COUNTER,
+        "web configuration edits rejected (the previous one stays in use)",
+        lambda h: h.web_config_reload_errors,
+    ),
+    HealthFamily(
+        "crashdoc_web_config_last_reload_successful",
+        GAUGE,
+        "0 after a rejected web configuration edit, until a good one is read",
+        lambda h: float(h.web_config_reload_ok),
+    ),
+    HealthFamily("crashdoc_state_writable", GAUGE, "1 when the cursor can be saved", lambda h: float(h.state_writable)),
+    HealthFamily("crashdoc_state_write_errors", COUNTER, "failed cursor saves", lambda h: h.state_write_errors),
+    HealthFamily("crashdoc_alerts_sent", COUNTER, "alert batches delivered to Alertmanager", lambda h: h.alerts_sent),
+    HealthFamily("crashdoc_alert_errors", COUNTER, "failed deliveries to Alertmanager", lambda h: h.alert_errors),
+    HealthFamily(
+        "crashdoc_journal_records_written",
+        COUNTER,
+        "diagnosis records written to the journal",
+        lambda h: h.journal_records_written,
+    ),
+    HealthFamily("crashdoc_start_time_seconds", GAUGE, "when this crashdoc started", lambda h: h.started_at),
+    HealthFamily("crashdoc_internal_errors", COUNTER, "unexpected errors the daemon survived", lambda h: h.loop_errors),
+)
+
+
 class CrashdocCollector(Collector):
-    def __init__(self, units: Callable[[], dict[str, UnitRecord]], health: Health, lock: threading.Lock) -> None:
+    """Reads the engine's unit views and crashdoc's health at scrape time, by the families declared above."""
+
+    def __init__(self, units: Callable[[], dict[str, UnitView]], health: Health, lock: threading.Lock) -> None:
         self._units = units
         self._health = health
         self._lock = lock
@@ -79,187 +309,26 @@ class CrashdocCollector(Collector):
     def collect(self) -> Iterator:
         with self._lock:
             units = list(self._units().values())
-            yield from self._unit_families(units)
-            yield from self._health_families(self._health)
-
-    def _unit_families(self, units: list[UnitRecord]) -> Iterator:
-        crashloop = GaugeMetricFamily(
-            "crashdoc_unit_crashloop", "1 while the unit is crash-looping (or failed after one)", labels=["unit"]
-        )
-        failed = GaugeMetricFamily(
-            "crashdoc_unit_failed",
-            "1 after the start limit was hit or the unit failed without a restart",
-            labels=["unit"],
-        )
-        restarts = CounterMetricFamily(
-            "crashdoc_unit_restarts", "restarts systemd scheduled (PID 1's restart records)", labels=["unit"]
-        )
-        nrestarts = GaugeMetricFamily(
-            "crashdoc_unit_nrestarts", "systemd's NRestarts (since the last manual start)", labels=["unit"]
-        )
-        crashes = CounterMetricFamily(
-            "crashdoc_crashes", "crashed runs by root-cause signature", labels=["unit", "signature"]
-        )
-        last_crash = GaugeMetricFamily(
-            "crashdoc_unit_last_crash_timestamp_seconds", "when the unit last crashed", labels=["unit"]
-        )
-        loop_start = GaugeMetricFamily(
-            "crashdoc_unit_loop_start_timestamp_seconds", "when the current crash loop began", labels=["unit"]
-        )
-        info = GaugeMetricFamily(
-            "crashdoc_diagnosis_info",
-            "the current crash loop's diagnosis (derived: answered by a signature derived from SGLang's source)",
-            labels=["unit", "signature", "category", "severity", "derived", "subsystem", "kind"],
-        )
-        confidence = GaugeMetricFamily(
-            "crashdoc_diagnosis_confidence",
-            "share of the loop's crashes that have the diagnosed root cause",
-            labels=["unit"],
-        )
-        line_failures = CounterMetricFamily(
-            "crashdoc_line_failures",
-            "failures that do not end the process (e.g. KV transfer), by signature",
-            labels=["unit", "signature"],
-        )
-        warnings = CounterMetricFamily(
-            "crashdoc_warnings",
-            "tracebacks a run survived (SGLang logged them and carried on, or served after them), by kind "
-            "of failure: never a crash, never an alert",
-            labels=["unit", "kind"],
-        )
-        state = GaugeMetricFamily("crashdoc_unit_state", "loop state of the unit (one-hot)", labels=["unit", "state"])
-        for rec in units:
-            name = rec.name
-            crashloop.add_metric([name], 1.0 if rec.crashloop else 0.0)
-            failed.add_metric([name], 1.0 if rec.failed else 0.0)
-            restarts.add_metric([name], float(rec.restarts_total))
-            if rec.n_restarts is not None:
-                nrestarts.add_metric([name], float(rec.n_restarts))
-            by_signature = dict(rec.crashes_by_signature)
-            by_signature.setdefault("unknown", 0)
-            for signature, count in sorted(by_signature.items()):
-                crashes.add_metric([name, signature], float(count))
-            if rec.last_crash_at:
-                last_crash.add_metric([name], rec.last_crash_at)
-            if rec.crashloop and rec.loop.loop_started_at:
-                loop_start.add_metric([name], rec.loop.loop_started_at)
-            d = rec.diagnosis
-            if d is not None:
-                derived = "true" if d.derived else "false"
-                labels = [name, d.signature or "unknown", d.category, d.severity, derived]
-                info.add_metric([*labels, d.subsystem or d.category, d.kind], 1.0)
-                confidence.add_metric([name], d.confidence)
-            for signature, count in sorted(rec.line_failures.items()):
-                line_failures.add_metric([name, signature], float(count))
-            for kind in KINDS:  # every kind, so that rate() sees the first warning
-                warnings.add_metric([name, kind], float(rec.warnings_by_kind.get(kind, 0)))
-            for value in ("healthy", "crash-looping", "failed", "recovered", "stopped"):
-                state.add_metric([name, value], 1.0 if rec.loop.state.value == value else 0.0)
-        yield from (
-            crashloop,
-            failed,
-            restarts,
-            nrestarts,
-            crashes,
-            last_crash,
-            loop_start,
-            info,
-            confidence,
-            line_failures,
-            warnings,
-            state,
-        )
-
-    def _health_families(self, h: Health) -> Iterator:
-        build = InfoMetricFamily("crashdoc_build", "crashdoc version")
-        build.add_metric([], {"version": __version__})
-        yield build
-        yield GaugeMetricFamily(
-            "crashdoc_dbus_up", "1 when the D-Bus connection to systemd works", value=float(h.dbus_up)
-        )
-        yield GaugeMetricFamily(
-            "crashdoc_journal_last_entry_timestamp_seconds",
-            "timestamp of the newest journal entry read",
-            value=h.journal_last_entry_timestamp,
-        )
-        yield GaugeMetricFamily(
-            "crashdoc_journal_lag_seconds",
-            "how far reading is behind the newest entry written",
-            value=h.journal_lag_seconds,
-        )
-        yield CounterMetricFamily("crashdoc_journal_entries_read", "journal entries read", value=h.journal_entries_read)
-        yield CounterMetricFamily(
-            "crashdoc_journal_read_errors", "journal entries that could not be read", value=h.journal_read_errors
-        )
-        yield CounterMetricFamily(
-            "crashdoc_journal_entries_skipped",
-            "journal entries gone before they could be read (rotated away and vacuumed)",
-            value=h.journal_entries_skipped,
-        )
-        yield GaugeMetricFamily(
-            "crashdoc_signatures_loaded", "signatures in the active library", value=h.signatures_loaded
-        )
-        yield CounterMetricFamily(
-            "crashdoc_signature_reload_errors",
-            "library reloads rejected (the previous library stays active)",
-            value=h.signature_reload_errors,
-        )
-        yield CounterMetricFamily(
-            "crashdoc_signature_reloads", "library reloads that took effect", value=h.signature_reloads
-        )
-        yield CounterMetricFamily(
-            "crashdoc_config_reloads", "configuration reloads (SIGHUP) that took effect", value=h.config_reloads
-        )
-        yield CounterMetricFamily(
-            "crashdoc_config_reload_errors",
-            "configuration reloads rejected (the previous configuration stays active)",
-            value=h.config_reload_errors,
-        )
-        yield GaugeMetricFamily(
-            "crashdoc_config_last_reload_successful",
-            "0 after a rejected configuration reload, until one is taken",
-            value=float(h.config_reload_ok),
-        )
-        yield CounterMetricFamily(
-            "crashdoc_web_config_reloads",
-            "web configuration (TLS, basic auth) edits that took effect",
-            value=h.web_config_reloads,
-        )
-        yield CounterMetricFamily(
-            "crashdoc_web_config_reload_errors",
-            "web configuration edits rejected (the previous one stays in use)",
-            value=h.web_config_reload_errors,
-        )
-        yield GaugeMetricFamily(
-            "crashdoc_web_config_last_reload_successful",
-            "0 after a rejected web configuration edit, until a good one is read",
-            value=float(h.web_config_reload_ok),
-        )
-        yield GaugeMetricFamily(
-            "crashdoc_state_writable", "1 when the cursor can be saved", value=float(h.state_writable)
-        )
-        yield CounterMetricFamily("crashdoc_state_write_errors", "failed cursor saves", value=h.state_write_errors)
-        yield CounterMetricFamily(
-            "crashdoc_alerts_sent", "alert batches delivered to Alertmanager", value=h.alerts_sent
-        )
-        yield CounterMetricFamily("crashdoc_alert_errors", "failed deliveries to Alertmanager", value=h.alert_errors)
-        yield CounterMetricFamily(
-            "crashdoc_journal_records_written",
-            "diagnosis records written to the journal",
-            value=h.journal_records_written,
-        )
-        yield GaugeMetricFamily("crashdoc_start_time_seconds", "when this crashdoc started", value=h.started_at)
-        yield CounterMetricFamily(
-            "crashdoc_internal_errors", "unexpected errors the daemon survived", value=h.loop_errors
-        )
-        latency = HistogramMetricFamily(
-            "crashdoc_time_to_diagnosis_seconds", "from a crash's last log line to its diagnosis"
-        )
-        hist = h.diagnosis_latency
-        buckets = [(str(b), float(c)) for b, c in zip(LATENCY_BUCKETS, hist.counts, strict=True)]
-        buckets.append(("+Inf", float(hist.total)))
-        latency.add_metric([], buckets, hist.sum)
-        yield latency
+            for family in UNIT_FAMILIES:
+                metric = family.kind(family.name, family.help, labels=list(family.labels))
+                for unit in units:
+                    for labels, value in family.samples(unit):
+                        metric.add_metric(list(labels), value)
+                yield metric
+            h = self._health
+            build = InfoMetricFamily("crashdoc_build", "crashdoc version")
+            build.add_metric([], {"version": __version__})
+            yield build
+            for one in HEALTH_FAMILIES:
+                yield one.kind(one.name, one.help, value=one.value(h))
+            latency = HistogramMetricFamily(
+                "crashdoc_time_to_diagnosis_seconds", "from a crash's last log line to its diagnosis"
+            )
+            hist = h.diagnosis_latency
+            buckets = [(str(b), float(c)) for b, c in zip(LATENCY_BUCKETS, hist.counts, strict=True)]
+            buckets.append(("+Inf", float(hist.total)))
+            latency.add_metric([], buckets, hist.sum)
+            yield latency
 
 
 def make_registry(collector: Collector) -> CollectorRegistry:

@@ -51,8 +51,8 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
         "timestamp": d.timestamp or None,
         "config_change": d.config_change,
         "derived": d.derived,
-        "sglang_version": d.sglang_version,
-        "sglang_version_from": d.sglang_version_from,
+        "sglang_version": d.sglang_release,
+        "sglang_version_from": d.sglang_release_from,
         "version_note": d.version_note,
     }
     if d.handled:
@@ -62,9 +62,9 @@ def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:
 
 def sglang_release_text(d: Diagnosis) -> str:
     """ "0.5.23 (from /opt/venv/bin/python: .../sglang/_version.py)", or "unknown" with what would tell."""
-    if not d.sglang_version:
+    if not d.sglang_release:
         return "unknown (no interpreter or log line says; --sglang-version or --sglang-source tells crashdoc)"
-    return f"{d.sglang_version} (from {d.sglang_version_from})" if d.sglang_version_from else d.sglang_version
+    return f"{d.sglang_release} (from {d.sglang_release_from})" if d.sglang_release_from else d.sglang_release
 
 
 def redact_data(value: Any) -> Any:

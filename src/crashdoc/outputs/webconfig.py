@@ -31,8 +31,9 @@ import bcrypt
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
 
+from crashdoc.errors import ProblemsError
 from crashdoc.outputs.metrics import Health
-from crashdoc.yamlfile import LocatedYaml, YamlError, parse_located
+from crashdoc.yamlfile import LocatedYaml, read_located
 
 # exporter-toolkit's client_auth_type values that crashdoc can enforce; the two that accept a certificate
 # without verifying it (RequestClientCert, RequireAnyClientCert) authenticate nobody, so they are refused
@@ -73,10 +74,8 @@ AUTH_CACHE_SIZE = 256
 SETTLE = 0.3  # seconds of quiet after an edit before the files are read again
 
 
-class WebConfigError(Exception):
-    def __init__(self, problems: list[str]) -> None:
-        self.problems = problems
-        super().__init__("\n".join(problems))
+class WebConfigError(ProblemsError):
+    """The web configuration file has problems (each as FILE:LINE: KEY: WHAT)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -158,18 +157,7 @@ def load_web_config(path: str | Path) -> WebConfig:
     """Read and validate a web configuration file, loading its certificates; raises WebConfigError with
     every problem as FILE:LINE: KEY: WHAT."""
     path = Path(path)
-    name = str(path)
-    try:
-        raw = path.read_bytes()
-        text = raw.decode("utf-8")
-    except FileNotFoundError as exc:
-        raise WebConfigError([f"{name}: no such file"]) from exc
-    except (OSError, UnicodeDecodeError) as exc:
-        raise WebConfigError([f"{name}: cannot read: {getattr(exc, 'strerror', None) or exc}"]) from exc
-    try:
-        doc = parse_located(text)
-    except YamlError as exc:
-        raise WebConfigError([f"{name}:{exc.line}: {exc.message}"]) from exc
+    doc, raw = read_located(path, WebConfigError)
     return _build(doc, path, raw)
 
 
@@ -179,7 +167,7 @@ def _build(doc: LocatedYaml, path: Path, raw: bytes) -> WebConfig:
     data = doc.data if doc.data is not None else {}
 
     def bad(where: tuple[Any, ...], message: str) -> None:
-        problems.append(f"{name}:{doc.line_of(where)}: {'.'.join(map(str, where)) or 'top level'}: {message}")
+        problems.append(doc.problem(name, where, message))
 
     def file_at(where: tuple[Any, ...], value: object) -> Path | None:
         if not isinstance(value, str) or not value:
@@ -401,8 +389,7 @@ class WebConfigHolder:
                     self.health.web_config_reload_errors += 1
                     self.health.web_config_reload_ok = False
                     self.last_error = said
-                    problems = "\n".join(f"  {p}" for p in exc.problems)
-                    self._log(f"web configuration rejected, the previous one stays in use:\n{problems}")
+                    self._log(exc.said("web configuration rejected, the previous one stays in use"))
                 return False
             self.last_error = ""
             self.health.web_config_reload_ok = True

@@ -1,28 +1,24 @@
-"""The remedy stage after the engine: each diagnosis's fix searched for one SGLang accepts.
+"""A diagnosis's fix searched for one SGLang accepts: what `RemedyStage.check` runs for a flag failure.
 
-The engine diagnoses; this stage takes its diagnoses and the command that failed (a unit's, a pasted one, or
-`--command`) and replaces each flag fix by what `search.accepted_fix` found: checked by SGLang when an
-interpreter may be run, ranked with the release's argument facts when not. The engine's own records are never
-touched: diagnoses are copied.
+The engine diagnoses; the remedy stage hands each diagnosis and the command that failed (the unit's, found
+behind its ExecStart; a pasted one, or `--command`) to `FixSearch`, which replaces the flag fix by what
+`search.accepted_fix` found: checked by SGLang when an interpreter may be run (the unit's own, or the one the
+operator names), ranked with the release's argument facts when not. Diagnoses are copied, never changed.
 """
 
 from __future__ import annotations
 
 import ast
-import queue
 import re
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 
-from crashdoc.diagnosis.engine import UnitRecord
 from crashdoc.events import Diagnosis, FlagChange
 from crashdoc.matching.derived import DerivedLibrary, release_key
-from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary
+from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary, load_shipped
 from crashdoc.remedy.candidates import Failure
-from crashdoc.remedy.commandline import LaunchCommand, Reader, find_invocation, read_text_file
-from crashdoc.remedy.fix import describe
+from crashdoc.remedy.commandline import LaunchCommand
+from crashdoc.remedy.rewrite import describe
 from crashdoc.remedy.search import DEFAULT_BUDGET, Budget, SearchResult, Understand, accepted_fix
 
 # a usage error of SGLang's argparse: `launch_server.py: error: argument --x: invalid choice: ...`
@@ -152,38 +148,6 @@ def with_result(d: Diagnosis, result: SearchResult, note: str = "") -> Diagnosis
     )
 
 
-def accept_fixes(
-    diagnoses: Sequence[Diagnosis],
-    command: LaunchCommand | None,
-    *,
-    facts: FactsLibrary,
-    derived: DerivedLibrary | None,
-    interpreter: str | None = None,
-    budget: Budget = DEFAULT_BUDGET,
-    logged: Mapping[str, str] | None = None,
-    asserted: str = "",
-) -> list[Diagnosis]:
-    """Each searchable diagnosis with the fix the search found; the others as they are. `asserted`: the
-    condition of the `assert` the log shows, for an AssertionError that says nothing else."""
-    out = []
-    checks: dict[str, list[Failure]] = {}
-    for d in diagnoses:
-        if not searchable(d) or (command is None and any(not c.placeholder for c in d.fix.changes)):
-            out.append(d)  # without the command, what it sets is unknown: a fix the diagnosis has stands
-            continue
-        release = d.sglang_version or None
-        chosen, note = facts_for(facts, release)
-        understand = understand_with(derived, release)
-        if chosen is not None and chosen.release not in checks and interpreter is None:
-            checks[chosen.release] = release_checks(derived, chosen.release)
-        result = accepted_fix(
-            failure_of(d, understand, asserted), command, release, chosen, interpreter, budget, logged=logged,
-            understand=understand, checks=checks.get(chosen.release, []) if chosen is not None else [],
-        )  # fmt: skip
-        out.append(with_result(d, result, note if result.changes else ""))
-    return out
-
-
 def logged_arguments(text: str) -> dict[str, str]:
     """The last `server_args=ServerArgs(...)` (or `server_args={...}`) a log shows: flag -> value."""
     from crashdoc.assembly.markers import parse_server_args
@@ -195,154 +159,84 @@ def logged_arguments(text: str) -> dict[str, str]:
     return found
 
 
-def accept_pasted(
-    text: str,
-    diagnoses: Sequence[Diagnosis],
-    *,
-    command_text: str | None,
-    interpreter: str | None,
-    facts: FactsLibrary,
-    derived: DerivedLibrary | None,
-    budget: Budget = DEFAULT_BUDGET,
-) -> list[Diagnosis]:
-    """`explain`: the command from `--command` or the paste, the values the log shows, then `accept_fixes`."""
+@dataclass(frozen=True, slots=True)
+class Pasted:
+    """What a pasted log tells beyond its diagnoses: the command that failed (None: not found or not readable,
+    `note` says why), the values its logged `server_args` show, and the condition of the `assert` it shows."""
+
+    command: LaunchCommand | None
+    logged: Mapping[str, str]
+    asserted: str = ""
+    note: str = ""
+
+
+def pasted_launch(text: str, command_text: str | None = None) -> Pasted:
+    """`explain`: the command from `--command` or from the paste, with what the log shows of its values."""
     from crashdoc.remedy.pasted import command_in_paste, parse_command
 
-    if not any(searchable(d) for d in diagnoses):
-        return list(diagnoses)
     pasted = parse_command(command_text) if command_text is not None else command_in_paste(text)
-    logged = logged_arguments(text)
     note = ""
     if pasted.command is None and (command_text is not None or pasted.text):
         note = f"crashdoc could not read the launch command ({pasted.problem}); the diagnosis stands"
-    found = accept_fixes(
-        diagnoses, pasted.command, facts=facts, derived=derived, interpreter=interpreter, budget=budget,
-        logged=logged, asserted=assert_condition(text),
-    )  # fmt: skip
-    if note:
-        found = [
-            replace(d, fix=replace(d.fix, warnings=[*d.fix.warnings, note])) if searchable(d) else d for d in found
-        ]
-    return found
+    return Pasted(pasted.command, logged_arguments(text), assert_condition(text), note)
 
 
-def accept_unit_fixes(
-    diagnoses: Sequence[Diagnosis],
-    units: Mapping[str, UnitRecord],
-    *,
-    facts: FactsLibrary,
-    derived: DerivedLibrary | None,
-    check: bool = True,
-    budget: Budget = DEFAULT_BUDGET,
-    read: Reader = read_text_file,
-) -> list[Diagnosis]:
-    """`diagnose` (synchronous) and, later, the daemon's remedy stage: each unit's failure searched on the
-    unit's own command (its ExecStart from D-Bus) and checked by the unit's own interpreter, the fix then
-    applied to the unit's files as any fix is (drop-in or script, diff, apply and rollback)."""
-    from crashdoc.remedy.fix import synthesize_fix
-    from crashdoc.remedy.verify import interpreter_of, unit_cmdline, unsafe_to_run
-
-    out = []
-    for d in diagnoses:
-        rec = units.get(d.unit)
-        cmdline = unit_cmdline(rec, d.invocation) if rec is not None else ()
-        if not searchable(d) or not cmdline:
-            out.append(d)
-            continue
-        command = find_invocation(cmdline, read).invocation
-        interpreter = None
-        if command is not None and check:
-            interpreter, _ = interpreter_of(command, read)
-            if interpreter is not None and (unsafe_to_run(interpreter) or command.expansions):
-                interpreter = None
-        chosen, note = facts_for(facts, d.sglang_version or None)
-        understand = understand_with(derived, d.sglang_version or None)
-        result = accepted_fix(
-            failure_of(d, understand), command, d.sglang_version or None, chosen, interpreter, budget,
-            understand=understand,
-        )  # fmt: skip
-        found = with_result(d, result, note if result.changes else "")
-        if found is not d and found.fix.changes and found.fix.changes != d.fix.changes:
-            drop_ins = rec.state.drop_in_paths if rec is not None and rec.state is not None else ()
-            made = synthesize_fix(d.unit, cmdline, found.fix.changes, found.fix.summary, read=read,
-                                  drop_in_paths=drop_ins, warnings=found.fix.warnings)  # fmt: skip
-            found = replace(found, fix=replace(found.fix, command=made.command, diff=made.diff, apply=made.apply,
-                                               rollback=made.rollback, warnings=made.warnings))  # fmt: skip
-        out.append(found)
-    return out
-
-
-class FixSearcher:
-    """The daemon's remedy stage, ready to wire: a loop's diagnosis is queued (`request`, from the engine's thread:
-    no waiting), searched on a worker thread of its own (the SGLang checks run in child processes, never under the
-    daemon's lock nor on its reading thread), and the answer served by `annotate` to /diagnoses, alerts and pages.
-    Results are kept by the unit's command and the failure's fingerprint."""
+class FixSearch:
+    """The search with what it needs besides the diagnosis: the releases' argument facts (loaded when first
+    needed), the derived signatures (to read a new error as the log's was read, and the release's other checks),
+    and how far a search may go."""
 
     def __init__(
         self,
         *,
-        facts: FactsLibrary,
-        derived: DerivedLibrary | None,
+        derived: DerivedLibrary | Callable[[], DerivedLibrary | None] | None = None,
+        facts: FactsLibrary | None = None,
         budget: Budget = DEFAULT_BUDGET,
-        on_done: Callable[[str, Diagnosis], None] = lambda unit, d: None,
-        size: int = 256,
-        read: Reader = read_text_file,
     ) -> None:
-        self._facts, self._derived, self._budget, self._on_done, self._size = facts, derived, budget, on_done, size
-        self._read = read
-        self._results: OrderedDict[tuple[object, ...], Diagnosis | None] = OrderedDict()
-        self._queue: queue.Queue[tuple[tuple[object, ...], Diagnosis, UnitRecord] | None] = queue.Queue()
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
+        # the daemon's derived library grows when a unit's unshipped release is derived: asked at each search
+        self._derived_now = derived if callable(derived) else lambda: derived
+        self._facts, self.budget = facts, budget
+        self._checks: dict[tuple[int, str], list[Failure]] = {}
 
-    @staticmethod
-    def _key(d: Diagnosis, rec: UnitRecord) -> tuple[object, ...]:
-        cmdline = rec.state.exec_start if rec.state is not None else ()
-        return (d.unit, tuple(cmdline), d.fingerprint)
+    @property
+    def facts(self) -> FactsLibrary:
+        if self._facts is None:
+            self._facts = load_shipped()
+        return self._facts
 
-    def request(self, d: Diagnosis, rec: UnitRecord) -> None:
-        """Queue a search for this diagnosis (a copy of the unit's record's state is all it reads)."""
-        if not searchable(d) or rec.state is None or not rec.state.exec_start:
-            return
-        key = self._key(d, rec)
-        with self._lock:
-            if key in self._results:
-                return
-            self._results[key] = None  # pending
-            while len(self._results) > self._size:
-                self._results.popitem(last=False)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="crashdoc-search", daemon=True)
-                self._thread.start()
-        self._queue.put((key, d, rec))
+    def search(
+        self,
+        d: Diagnosis,
+        command: LaunchCommand | None,
+        interpreter: str | None,
+        *,
+        logged: Mapping[str, str] | None = None,
+        asserted: str = "",
+        unchecked: str = "",
+    ) -> Diagnosis:
+        """The diagnosis with the fix the search found for `command` (a copy; the diagnosis itself when the
+        search has nothing to add). `interpreter` None: ranked, not checked (`unchecked` says why)."""
+        if not searchable(d) or (command is None and any(not c.placeholder for c in d.fix.changes)):
+            return d  # without the command, what it sets is unknown: a fix the diagnosis has stands
+        release = d.sglang_release or None
+        derived = self._derived_now()
+        chosen, note = facts_for(self.facts, release)
+        understand = understand_with(derived, release)
+        checks: list[Failure] = []
+        if chosen is not None and interpreter is None:
+            key = (id(derived), chosen.release)
+            if key not in self._checks:
+                self._checks = {key: release_checks(derived, chosen.release)}  # one library, one release kept
+            checks = self._checks[key]
+        result = accepted_fix(
+            failure_of(d, understand, asserted), command, release, chosen, interpreter, self.budget, logged=logged,
+            understand=understand, checks=checks, unchecked=unchecked,
+        )  # fmt: skip
+        return with_result(d, result, note if result.changes else "")
 
-    def annotate(self, diagnoses: Sequence[Diagnosis], units: Mapping[str, UnitRecord]) -> list[Diagnosis]:
-        out = []
-        for d in diagnoses:
-            rec = units.get(d.unit)
-            with self._lock:
-                found = self._results.get(self._key(d, rec)) if rec is not None else None
-            out.append(found if found is not None else d)
-        return out
-
-    def stop(self, timeout: float = 10.0) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=timeout)
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            key, d, rec = item
-            try:
-                [found] = accept_unit_fixes(
-                    [d], {d.unit: rec}, facts=self._facts, derived=self._derived, budget=self._budget, read=self._read
-                )
-            except Exception as exc:  # never let a search take the daemon down
-                note = f"the search for a fix SGLang accepts failed: {type(exc).__name__}: {exc}"
-                found = replace(d, fix=replace(d.fix, warnings=[*d.fix.warnings, note]))
-            with self._lock:
-                self._results[key] = found
-            self._on_done(d.unit, found)
+    def search_pasted(self, d: Diagnosis, pasted: Pasted, interpreter: str | None) -> Diagnosis:
+        """`explain`: the search on the pasted command, the note when it could not be read."""
+        found = self.search(d, pasted.command, interpreter, logged=pasted.logged, asserted=pasted.asserted)
+        if pasted.note and searchable(d):
+            found = replace(found, fix=replace(found.fix, warnings=[*found.fix.warnings, pasted.note]))
+        return found

@@ -1,11 +1,10 @@
-"""Finds the SGLang invocation behind a unit's ExecStart, wherever it hides.
+"""Finds the SGLang launch command behind a unit's ExecStart, wherever it hides (`find_invocation`).
 
 A fix names a flag; to show the corrected command and a minimal diff, crashdoc must know where the flag is
 written: directly in ExecStart, in a `bash -c` string, or in the launch script ExecStart runs (through
-wrappers such as numactl, env, taskset, docker). The shell reader here keeps the byte offsets of every word
-so that `diagnosis.fix` can edit only the words that change and leave continuations, quoting, comments and
-`$VARIABLES` exactly as written. Nothing here runs anything, and nothing raises on bad input: unreadable
-files and unparsable text are reported in `Located.problems`.
+wrappers such as numactl, env, taskset, docker). Scripts are read by `remedy.shell`, which keeps the byte
+offsets of every word, so that `remedy.fix` can edit only the words that change. Nothing here runs anything,
+and nothing raises on bad input: unreadable files and unparsable text are reported in `Located.problems`.
 """
 
 from __future__ import annotations
@@ -18,6 +17,8 @@ from dataclasses import dataclass, field
 from enum import StrEnum
 from pathlib import Path
 from types import MappingProxyType
+
+from crashdoc.remedy.shell import Word, scan_shell
 
 # What starts SGLang: `python -m <module>` for these modules, or `<program> <subcommand>`.
 # `crashdoc.sandbox.fake_sglang` is crashdoc's own stand-in for SGLang in the demo sandbox, started the same way.
@@ -35,10 +36,6 @@ PYTHON_OPTIONS_WITH_VALUE: frozenset[str] = frozenset({"-W", "-X", "--check-hash
 SHELLS: frozenset[str] = frozenset({"sh", "bash", "dash", "zsh", "ksh", "ash", "busybox"})
 # Shell options that take a value: `bash -o pipefail script.sh`, `bash --rcfile f -c '...'`.
 SHELL_OPTIONS_WITH_VALUE: frozenset[str] = frozenset({"-o", "+o", "-O", "+O", "--rcfile", "--init-file"})
-# Words a shell reads before a command (`then exec python ...`): not part of the command.
-SHELL_RESERVED: frozenset[str] = frozenset(
-    {"if", "then", "else", "elif", "do", "while", "until", "!", "{", "time", "fi", "done", "}"}
-)
 MAX_SCRIPT_BYTES = 1 << 20
 MAX_DEPTH = 4  # a unit runs a script that execs a script that runs `bash -c`: deeper is not a launch path
 
@@ -109,12 +106,6 @@ CONTAINER_ENGINES: frozenset[str] = frozenset(
 _ASSIGNMENT = re.compile(r"[A-Za-z_][A-Za-z0-9_]*(?:\[[^\]]*\])?\+?=", re.S)
 _PYTHON = re.compile(r"(?:python|pypy)(?:\d+(?:\.\d+)*)?[tdm]?(?:\.exe)?")
 _SHORT_FLAG = re.compile(r"-[A-Za-z]")
-# A word that may expand to several arguments: `$EXTRA_ARGS` unquoted, `"$@"`, `"${ARGS[@]}"`.
-_MULTI_EXPANSION = re.compile(r'"?\$(?:@|\*|\{\w+\[[@*]\]\}|\{[@*]\})"?')
-_BARE_EXPANSION = re.compile(r"\$(?:\w+|\{[^}]*\})")
-# An unquoted variable named like a list of arguments (`$EXTRA_ARGS`, `${SGLANG_OPTS}`) holds flags; any other
-# (`--model-path $MODEL`) is one value.
-_ARGS_VARIABLE = re.compile(r"\$\{?\w*(?:ARGS|OPTS|OPTIONS|FLAGS|EXTRA|PARAMS)\w*", re.I)
 
 
 class Where(StrEnum):
@@ -124,17 +115,6 @@ class Where(StrEnum):
     ARGV_SHELL = "argv-shell"  # in a `bash -c '...'` string of ExecStart: a drop-in overrides it
     SCRIPT = "script"  # in a script the unit runs: the script is edited
     SCRIPT_SHELL = "script-shell"  # in a `bash -c '...'` string inside such a script: the script is edited
-
-
-@dataclass(frozen=True, slots=True)
-class Word:
-    """One shell word (or argv element) and where its source text is."""
-
-    value: str  # after quote removal; `$VAR`, `${X:-8}`, `$(cmd)` are kept verbatim
-    start: int = -1  # offsets of the raw text in LaunchCommand.text; -1 for an argv element
-    end: int = -1
-    multi: bool = False  # expands to several arguments (`"$@"`, `$EXTRA_ARGS`): flags may hide in it
-    bare: bool = False  # an unquoted `$VAR` / `${VAR}`
 
 
 @dataclass(frozen=True, slots=True)
@@ -267,226 +247,6 @@ def quote_word(value: str) -> str:
     if value and re.fullmatch(r"[\w@%+=:,./${}-]+", value) and "$" in value:
         return '"' + value + '"'
     return "'" + value.replace("'", "'\"'\"'") + "'"
-
-
-# --- shell reading -------------------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class ShellCommand:
-    """One simple command of a shell text, in order; `words` exclude redirections and leading keywords."""
-
-    words: list[Word] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Scanner:
-    """A POSIX-shell word reader that keeps offsets. Never raises: bad syntax ends the word or the text."""
-
-    text: str
-    problems: list[str] = field(default_factory=list)
-    commands: list[ShellCommand] = field(default_factory=list)
-
-    def scan(self) -> list[ShellCommand]:
-        text, n = self.text, len(self.text)
-        i = 0
-        current = ShellCommand()
-        heredocs: list[tuple[str, bool]] = []
-
-        def finish() -> None:
-            nonlocal current
-            words = current.words
-            while words and words[0].value in SHELL_RESERVED and words[0].end - words[0].start == len(words[0].value):
-                words.pop(0)
-            if words:
-                self.commands.append(ShellCommand(words))
-            current = ShellCommand()
-
-        while i < n:
-            c = text[i]
-            if c in " \t\r":
-                i += 1
-            elif c == "\\" and text.startswith("\n", i + 1):
-                i += 2
-            elif c == "\n":
-                finish()
-                i += 1
-                if heredocs:
-                    i = self._skip_heredocs(i, heredocs)
-                    heredocs = []
-            elif c == "#":
-                j = text.find("\n", i)
-                i = n if j < 0 else j
-            else:
-                m = _REDIRECTION.match(text, i)
-                if m:
-                    i = self._skip_blanks(m.end())
-                    if i < n and text[i] not in "\n;&|()<>":
-                        target, i = self._word(i)
-                        if m["op"] in ("<<", "<<-"):
-                            heredocs.append((target.value, m["op"] == "<<-"))
-                    continue
-                op = next((o for o in _OPERATORS if text.startswith(o, i)), None)
-                if op:
-                    finish()
-                    i += len(op)
-                    continue
-                word, i = self._word(i)
-                current.words.append(word)
-        finish()
-        return self.commands
-
-    def _skip_blanks(self, i: int) -> int:
-        text = self.text
-        while i < len(text):
-            if text[i] in " \t":
-                i += 1
-            elif text.startswith("\\\n", i):
-                i += 2
-            else:
-                break
-        return i
-
-    def _skip_heredocs(self, i: int, heredocs: list[tuple[str, bool]]) -> int:
-        text = self.text
-        for delimiter, strip_tabs in heredocs:
-            while i < len(text):
-                j = text.find("\n", i)
-                line = text[i:] if j < 0 else text[i:j]
-                i = len(text) if j < 0 else j + 1
-                if (line.lstrip("\t") if strip_tabs else line) == delimiter:
-                    break
-            else:
-                self.problems.append(f"here-document {delimiter!r} is not terminated")
-        return i
-
-    def _word(self, i: int) -> tuple[Word, int]:
-        text, n = self.text, len(self.text)
-        start = i
-        out: list[str] = []
-        while i < n:
-            c = text[i]
-            if c in " \t\n\r;&|()<>":
-                break
-            if c == "\\":
-                if i + 1 < n:
-                    if text[i + 1] != "\n":
-                        out.append(text[i + 1])
-                    i += 2
-                else:
-                    out.append(c)
-                    i += 1
-            elif c == "'":
-                j = text.find("'", i + 1)
-                if j < 0:
-                    self.problems.append(f"unterminated single quote at offset {i}")
-                    j = n - 1
-                out.append(text[i + 1 : j])
-                i = j + 1
-            elif c == '"':
-                i = self._double_quoted(i + 1, out)
-            elif c == "$" and text.startswith("$'", i):
-                j = i + 2
-                while j < n and text[j] != "'":
-                    j += 2 if text[j] == "\\" else 1
-                out.append(text[i : j + 1])
-                i = min(j + 1, n)
-            elif c == "$" or c == "`":
-                j = self._expansion_end(i)
-                out.append(text[i:j])
-                i = j
-            else:
-                out.append(c)
-                i += 1
-        raw = text[start:i]
-        value = "".join(out)
-        bare = bool(_BARE_EXPANSION.fullmatch(raw))
-        return (
-            Word(
-                value,
-                start,
-                i,
-                multi=bool(_MULTI_EXPANSION.fullmatch(raw) or (bare and _ARGS_VARIABLE.match(raw))),
-                bare=bare,
-            ),
-            i,
-        )
-
-    def _double_quoted(self, i: int, out: list[str]) -> int:
-        text, n = self.text, len(self.text)
-        while i < n:
-            c = text[i]
-            if c == '"':
-                return i + 1
-            if c == "\\" and i + 1 < n:
-                nxt = text[i + 1]
-                if nxt in '$`"\\':
-                    out.append(nxt)
-                elif nxt != "\n":
-                    out.append(c + nxt)
-                i += 2
-            elif c == "$" or c == "`":
-                j = self._expansion_end(i)
-                out.append(text[i:j])
-                i = j
-            else:
-                out.append(c)
-                i += 1
-        self.problems.append("unterminated double quote")
-        return n
-
-    def _expansion_end(self, i: int) -> int:
-        """End of `$NAME`, `${...}`, `$(...)`, `$((...))` or a backquoted command starting at i."""
-        text, n = self.text, len(self.text)
-        if text[i] == "`":
-            j = i + 1
-            while j < n and text[j] != "`":
-                j += 2 if text[j] == "\\" else 1
-            return min(j + 1, n)
-        if i + 1 >= n:
-            return n
-        nxt = text[i + 1]
-        if nxt in "({":
-            close = ")" if nxt == "(" else "}"
-            depth, j = 0, i + 1
-            while j < n:
-                c = text[j]
-                if c == "\\":
-                    j += 2
-                    continue
-                if c == "'" and close == ")":
-                    k = text.find("'", j + 1)
-                    j = n if k < 0 else k + 1
-                    continue
-                if c == '"':
-                    sink: list[str] = []
-                    j = self._double_quoted(j + 1, sink)
-                    continue
-                if c == nxt:
-                    depth += 1
-                elif c == close:
-                    depth -= 1
-                    if depth == 0:
-                        return j + 1
-                j += 1
-            self.problems.append(f"unterminated ${nxt} at offset {i}")
-            return n
-        m = re.compile(r"\$(?:[A-Za-z_]\w*|[0-9@*#?$!-])").match(text, i)
-        return m.end() if m else i + 1
-
-
-_REDIRECTION = re.compile(r"(?:\d+|\{\w+\})?(?P<op>&>>|&>|<<<|<<-|<<|<>|>>|>&|<&|>\||>|<)")
-_OPERATORS = ("&&", "||", ";;", "|&", ";", "&", "|", "(", ")")
-
-
-def scan_shell(text: str) -> tuple[list[ShellCommand], list[str]]:
-    """The simple commands of a shell text, with word offsets; also the syntax problems met on the way."""
-    scanner = _Scanner(text)
-    try:
-        commands = scanner.scan()
-    except (IndexError, ValueError) as exc:  # a bug here must not cost the diagnosis
-        return scanner.commands, [*scanner.problems, f"could not read the shell text: {exc}"]
-    return commands, scanner.problems
 
 
 # --- the command -------------------------------------------------------------------------------------

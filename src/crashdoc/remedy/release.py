@@ -100,9 +100,3 @@ def unit_install(exec_start: Sequence[str], read: Reader = read_text_file) -> Sg
     if located.invocation is None:
         return None
     return launch_install(located.invocation)
-
-
-def unit_release(exec_start: Sequence[str], read: Reader = read_text_file) -> tuple[str, str] | None:
-    """(release, where it was read) of a unit's SGLang, for `DiagnosisBuilder(release_of=...)`; None if unknown."""
-    found = unit_install(exec_start, read)
-    return (found.version, found.origin) if found is not None and found.version else None

@@ -17,6 +17,8 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from crashdoc.assembly import memory_lines as memory
+from crashdoc.assembly.logline import split_prefix
 from crashdoc.events import FlagChange, LogLine
 from crashdoc.remedy.commandline import LaunchCommand, Where, parse_wrappers
 
@@ -28,38 +30,25 @@ SGLANG_HOST_RESERVE = 10 * GIB
 # processes, pinned transfer buffers and the page cache of the weights also live in host memory.
 DEFAULT_HEADROOM = 0.10
 DEFAULT_RATIO = 2.0  # SGLang's default --hicache-ratio in cache mode (arg_groups/fields/memory.py)
+# Since 0.5.21 SGLang sizes the host pool itself when neither --hicache-ratio nor --hicache-size is given
+# (srt/mem_cache/hicache_auto_size.py; 0.5.20 has no such module): the default ratio is lowered to
+# (available host memory, bounded by cgroup limits, - the 10 GiB reserve) / ranks on the host
+# x --hicache-host-memory-fraction (0.8) x (1 - 5 % allocation slack) / device KV bytes per rank. It reads the
+# host's memory, not a NUMA node's, and it does not support DeepSeek V4's pool (DeepSeekV4TokenToKVPool is none
+# of its _SIZEABLE_POOLS: "HiCache auto-sizing does not support ...; set --hicache-ratio or --hicache-size
+# explicitly."), so a DeepSeek V4 fix keeps an explicit ratio on every release.
+AUTO_SIZING_SINCE = (0, 5, 21)
+AUTO_SIZE_FRACTION = 0.8  # --hicache-host-memory-fraction's default
+AUTO_SIZE_SLACK = 0.05  # _ALLOCATION_SLACK_FRACTION
 
 TP_FLAGS = ("--tp-size", "--tp", "--tensor-parallel-size")
 PP_FLAGS = ("--pp-size", "--pipeline-parallel-size")
 DP_FLAGS = ("--dp-size", "--dp", "--data-parallel-size")
 NNODES_FLAGS = ("--nnodes",)
 
-# SGLang 0.5.23's wording. Sizes in these lines are GiB (divided by 1024**3), whatever the "GB" says.
-_PREFIX = re.compile(r"\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?(?P<rank>(?: [A-Z]+\d+)*)\] ")
-# memory_pool.py _finalize_allocation_log; older releases print no dtype; a label ("SWA", "Full") may lead.
-_KV_ALLOCATED = re.compile(
-    r"KV Cache is allocated\. (?:dtype: \S+, )?#tokens: \d+, "  # a leading label needs no match: linear
-    r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
-)
-# model_runner_components/kv_pool_runtime.py: the pool after it is resized post CUDA-graph capture.
-_KV_POST_CAPTURE = re.compile(
-    r"Post-capture KV sizing: (?:draft )?KV cache allocated\. dtype: \S+, #tokens: \d+, KV size: (?P<kv>[\d.]+) GB"
-)
-_SWA_POOL = re.compile(r"SWAKVPool mem usage: (?P<kv>[\d.]+) GB")
-# model_runner.py / kv_cache_configurator.py: free GPU memory before and after the pools (DeepSeek V4's pool
-# logs no size of its own).
-_WEIGHT_END = re.compile(r"Load weight end\..*?avail mem=(?P<avail>[\d.]+) GB")
-_POOL_END = re.compile(r"Memory pool end\. avail mem=(?P<avail>[\d.]+) GB")
+# SGLang's memory lines (their patterns: assembly.memory_lines); DeepSeek V4's pool logs no size of its own,
+# so the free GPU memory after the weights and after the pools stands in for it.
 _LAUNCH = re.compile(r"server_args=ServerArgs\(|server_args=\{")
-# pool_host/base.py and memory_pool_host.py: what HiCache itself allocated or refused (sizes in 1e9 bytes).
-_HOST_ALLOCATED = re.compile(
-    r"Allocating \S+ hierarchical KV host pool: \d+ tokens, (?P<gb>[\d.]+) GB host memory"
-    r"|Allocating (?P<gb4>[\d.]+) GB host memory for V4 (?:paged|state) pool"
-)
-_HOST_REFUSED = re.compile(
-    r"Not enough host memory (?:available|for V4 \w+ pool \S+)\. Requesting (?P<req>[\d.]+) GB "
-    r"but only have (?P<have>[\d.]+) GB free"
-)
 
 
 @dataclass(frozen=True, slots=True)
@@ -114,26 +103,24 @@ def _pool_of_run(run: Sequence[str]) -> KvPool | None:
     host: dict[str, float] = {}
     evidence: dict[str, str] = {}
     for text in run:
-        m = _PREFIX.match(text)
-        rank = m["rank"].strip() if m else ""
-        body = text[m.end() :] if m else text
+        _, rank, body = split_prefix(text)
         if "KV" in body or "kv" in body:
-            if k := _KV_ALLOCATED.search(body):
-                size = float(k["kv"]) if k["kv"] else float(k["k"]) + float(k["v"])
-                allocated[rank] = allocated.get(rank, 0.0) + size
+            if kv := memory.kv_allocated(body):
+                allocated[rank] = allocated.get(rank, 0.0) + kv[1]
                 evidence.setdefault("allocated", text)
-            elif k := _KV_POST_CAPTURE.search(body):
+            elif k := memory.KV_POST_CAPTURE.search(body):
                 post[rank] = post.get(rank, 0.0) + float(k["kv"])
                 evidence.setdefault("post", text)
-            elif k := _SWA_POOL.search(body):
+            elif k := memory.SWA_POOL.search(body):
                 swa[rank] = float(k["kv"])
                 evidence.setdefault("swa", text)
-        if w := _WEIGHT_END.search(body):
-            weight_end[rank] = float(w["avail"])
-        elif p := _POOL_END.search(body):
-            pool_end[rank] = float(p["avail"])
+        avail = memory.avail_mem(body)
+        if avail is not None and memory.LOAD_END in body:
+            weight_end[rank] = avail
+        elif avail is not None and memory.POOL_END in body:
+            pool_end[rank] = avail
             evidence.setdefault("estimate", text)
-        elif h := _HOST_ALLOCATED.search(body):
+        elif h := memory.HOST_ALLOCATED.search(body):
             host[rank] = host.get(rank, 0.0) + float(h["gb"] or h["gb4"])
     host_bytes = int(max(host.values(), default=0.0) * 1e9)
     for table, key in ((post, "post"), (allocated, "allocated"), (swa, "swa")):
@@ -149,7 +136,7 @@ def host_memory_refusal(lines: Iterable[str | LogLine]) -> tuple[int, int] | Non
     """(requested, free) bytes from SGLang's own "Not enough host memory" error, if it raised one."""
     found = None
     for line in lines:
-        if m := _HOST_REFUSED.search(_text(line)):
+        if m := memory.HOST_REFUSED.search(_text(line)):
             found = (int(float(m["req"]) * 1e9), int(float(m["have"]) * 1e9))
     return found
 
@@ -440,18 +427,21 @@ def check_hicache_ratio(
             f"That is more than the {_gib(memory.preferred_available)} of the NUMA node(s) the unit runs on "
             f"({memory.source}): the rest comes from remote memory, which slows HiCache transfers down."
         )
-    if max_ratio <= 0:
+    below_one = (
+        "Below 1.0 the host pool is smaller than the device pool and HiCache gains little (SGLang warns "
+        "about it): bind the unit to more NUMA nodes, or lower --mem-fraction-static."
+    )
+    if max_ratio <= 0 and not fits:
         sentences.append("No ratio fits: bind the unit to more NUMA nodes or drop --enable-hierarchical-cache.")
-    elif not fits or ratio > max_ratio:
+    elif max_ratio > 0 and (not fits or ratio > max_ratio):
         sentences.append(
             f"The largest ratio that fits, keeping SGLang's {_gib(reserve)} reserve and {headroom:.0%} headroom, "
             f"is --hicache-ratio {max_ratio:.1f} ({_gib(max_ratio * per_unit_ratio)})."
         )
         if max_ratio < 1.0:
-            sentences.append(
-                "Below 1.0 the host pool is smaller than the device pool and HiCache gains little (SGLang warns "
-                "about it): bind the unit to more NUMA nodes, or lower --mem-fraction-static."
-            )
+            sentences.append(below_one)
+    elif ratio < 1.0:  # it fits, but is small (SGLang's auto-sizing on a small host)
+        sentences.append(below_one)
     return HicacheCheck(ratio, fits, needed, memory.available, max_ratio, ranks, pool.bytes_per_rank, tuple(sentences))
 
 
@@ -516,8 +506,190 @@ def ratio_from_changes(changes: Sequence[FlagChange]) -> float | None:
     return ratio
 
 
+def auto_sizes(release: str) -> bool | None:
+    """Whether SGLang `release` sizes the HiCache host pool itself when no ratio is given; None when unknown."""
+    m = re.match(r"(\d+)\.(\d+)\.(\d+)", release or "")
+    if m is None:
+        return None
+    return tuple(int(x) for x in m.groups()) >= AUTO_SIZING_SINCE
+
+
+def auto_ratio(pool: KvPool, ranks: int, host: HostMemory, requested: float = DEFAULT_RATIO) -> float:
+    """The ratio SGLang's auto-sizing picks (hicache_auto_size.auto_size_hicache), to three decimals, rounded down;
+    0 or less when nothing is left after the reserve (SGLang then refuses to start)."""
+    budget = max(host.available - SGLANG_HOST_RESERVE, 0) // max(ranks, 1) * AUTO_SIZE_FRACTION
+    ratio = min(requested, budget * (1 - AUTO_SIZE_SLACK) / pool.bytes_per_rank) if pool.bytes_per_rank else 0.0
+    return math.floor(ratio * 1000) / 1000
+
+
+@dataclass(frozen=True, slots=True)
+class SafeFix:
+    """What the safety check made of a fix: the changes to apply (a value the check accepts, or none that the
+    host cannot take), the sentences for `Fix.warnings`, and a summary to show instead of the signature's."""
+
+    changes: tuple[FlagChange, ...]
+    sentences: tuple[str, ...]
+    summary: str = ""  # "" keeps the signature's
+
+
+def hicache_fix(
+    changes: Sequence[FlagChange],
+    summary: str,
+    lines: Iterable[str | LogLine],
+    inv: LaunchCommand | None,
+    *,
+    release: str = "",
+    numa_policy: str = "",
+    numa_mask: str = "",
+    cpu_affinity: str = "",
+    memory_max: int | None = None,
+    root: Path = Path("/"),
+) -> SafeFix:
+    """One truth per fix: the ratio the corrected command runs with (the fix's, the command's, SGLang's
+    auto-sized one on a release that has it, else the default 2.0) is checked; when the host cannot take it,
+    the changes carry the largest ratio that fits, or turn HiCache off when none does, with the arithmetic."""
+    changes = list(changes)
+    explicit = _corrected_ratio(changes, inv)
+    auto = explicit is None and auto_sizes(release) is True
+    ratio = explicit if explicit is not None else DEFAULT_RATIO
+    lines = list(lines)
+    pool = kv_pool_from_log(lines)
+    binding = numa_binding(inv, numa_policy=numa_policy, numa_mask=numa_mask, cpu_affinity=cpu_affinity, root=root)
+    memory = host_memory(root, binding, memory_max)
+    if pool is None or memory is None:  # said plainly by the check of the ratio as given
+        sentences = hicache_host_memory(
+            ratio,
+            lines,
+            inv,
+            numa_policy=numa_policy,
+            numa_mask=numa_mask,
+            cpu_affinity=cpu_affinity,
+            memory_max=memory_max,
+            root=root,
+        )
+        return SafeFix(tuple(changes), tuple(sentences))
+    ranks = ranks_on_host(inv) if inv is not None else None
+    notes: list[str] = []
+    if ranks is None:
+        ranks = pool.ranks_logged
+        why = "the command is unknown" if inv is None else "the parallel sizes are not literal in the command"
+        notes.append(f"Rank count: {why}; crashdoc counted {ranks} rank(s) in the log.")
+    ranks = max(ranks, pool.ranks_logged, 1)
+    intro: list[str] = []
+    if auto:
+        seen = host_memory(root, None, memory_max) or memory  # SGLang's own view: the host, cgroup-bounded
+        ratio = auto_ratio(pool, ranks, seen)
+        intro.append(_auto_sentence(release, ratio, pool, ranks, seen, memory))
+    check = check_hicache_ratio(ratio, pool, ranks, memory) if ratio > 0 else None
+    if check is not None and check.fits:
+        return SafeFix(tuple(changes), (*intro, *check.sentences, *notes))
+    max_ratio = (
+        check.max_ratio if check is not None else check_hicache_ratio(DEFAULT_RATIO, pool, ranks, memory).max_ratio
+    )
+    said = check.sentences if check is not None else ()
+    verdict, rest = list(said[:1]), [s for s in said[1:] if not s.startswith(("The largest ratio", "No ratio fits"))]
+    usable = max(memory.available - SGLANG_HOST_RESERVE, 0)
+    if max_ratio > 0:
+        value = f"{max_ratio:.1f}"
+        changes, summary = _with_ratio(changes, summary, value)
+        chosen = (
+            f"The corrected command uses --hicache-ratio {value}, the largest that fits keeping SGLang's "
+            f"{_gib(SGLANG_HOST_RESERVE)} reserve and {DEFAULT_HEADROOM:.0%} headroom: {value} x "
+            f"{_gib(pool.bytes_per_rank)} x {ranks} = {_gib(max_ratio * pool.bytes_per_rank * ranks)}, within the "
+            f"{_gib(usable)} left on {memory.scope} after the reserve."
+        )
+        off = ["An explicit ratio turns SGLang's auto-sizing off."] if auto else []
+        return SafeFix(tuple(changes), (*intro, *verdict, chosen, *off, *rest, *notes), summary)
+    none_fits = (
+        f"No --hicache-ratio fits: {memory.scope} has {_gib(memory.available)} available, {_gib(usable)} after "
+        f"SGLang's {_gib(SGLANG_HOST_RESERVE)} reserve, {_gib(usable * (1 - DEFAULT_HEADROOM))} with "
+        f"{DEFAULT_HEADROOM:.0%} headroom, and even --hicache-ratio 0.1 would pin 0.1 x {_gib(pool.bytes_per_rank)} "
+        f"x {ranks} = {_gib(0.1 * pool.bytes_per_rank * ranks)}. The corrected command turns HiCache off (no "
+        "--enable-hierarchical-cache); turn it on again once the unit may use more memory (more NUMA nodes, a "
+        "larger MemoryMax=, fewer ranks per host) or its device KV pool is smaller (a lower --mem-fraction-static)."
+    )
+    return SafeFix(
+        tuple(_hicache_off(changes)),
+        (*intro, *verdict, none_fits, *notes),
+        "no --hicache-ratio fits this host: turn HiCache off (remove `--enable-hierarchical-cache`)",
+    )
+
+
+def _auto_sentence(release: str, ratio: float, pool: KvPool, ranks: int, seen: HostMemory, memory: HostMemory) -> str:
+    """The arithmetic of SGLang's own auto-sizing, and what it does not see."""
+    text = (
+        f"SGLang {release} sizes the HiCache host pool itself when no ratio is given: min({_ratio(DEFAULT_RATIO)}, "
+        f"({_gib(seen.available)} available on the host - {_gib(SGLANG_HOST_RESERVE)} reserve) / {ranks} "
+        f"rank{'s' if ranks > 1 else ''} x {AUTO_SIZE_FRACTION:g} x {1 - AUTO_SIZE_SLACK:g} / "
+        f"{_gib(pool.bytes_per_rank)} device KV pool per rank) = {ratio:.3f}"
+    )
+    if ratio <= 0:
+        return text + '; SGLang refuses to start ("No host memory is left for HiCache after the 10 GiB reserve").'
+    if memory.scope != seen.scope:
+        return text + f"; it reads the host's memory, not that of {memory.scope} ({memory.source})."
+    return text + "."
+
+
+def _corrected_ratio(changes: Sequence[FlagChange], inv: LaunchCommand | None) -> float | None:
+    """The --hicache-ratio the corrected command passes: the fix's, else the command's unless the fix removes it;
+    None when it passes none (or one that is not a literal number)."""
+    ratio = ratio_from_changes(changes)
+    if ratio is not None:
+        return ratio
+    if any(c.flag == "--hicache-ratio" and c.action in ("remove", "replace") for c in changes):
+        return None
+    current = inv.value("--hicache-ratio") if inv is not None else None
+    try:
+        return float(current) if current else None
+    except ValueError:
+        return None
+
+
+def _with_ratio(changes: list[FlagChange], summary: str, value: str) -> tuple[list[FlagChange], str]:
+    """The changes with `value` as the ratio they set (added as a `set` when they set none), and the summary
+    saying it."""
+    out: list[FlagChange] = []
+    old = None
+    for c in changes:
+        target = c.new_flag if c.action == "replace" and c.new_flag else c.flag
+        if target == "--hicache-ratio" and c.action in ("replace", "set", "add") and c.value is not None:
+            old = c.value
+            c = FlagChange(c.action, c.flag, value, c.new_flag, c.placeholder)
+        out.append(c)
+    if old is None:
+        out.append(FlagChange("set", "--hicache-ratio", value))
+        return out, f"{summary}; set `--hicache-ratio {value}` (the largest ratio that fits this host)"
+    said = f"--hicache-ratio {old}"
+    if said in summary:
+        return out, summary.replace(said, f"--hicache-ratio {value}") + (
+            f" (the largest ratio that fits this host; {old} does not)"
+        )
+    return out, f"{summary} (with --hicache-ratio {value}: the largest ratio that fits this host)"
+
+
+def _hicache_off(changes: list[FlagChange]) -> list[FlagChange]:
+    """The changes without any ratio, with HiCache turned off: a flag the fix replaced by a ratio is removed."""
+    out: list[FlagChange] = []
+    for c in changes:
+        target = c.new_flag if c.action == "replace" and c.new_flag else c.flag
+        if target == "--hicache-ratio" and c.action in ("replace", "set", "add"):
+            if c.action == "replace" and c.flag != "--hicache-ratio":
+                out.append(FlagChange("remove", c.flag))
+            continue
+        out.append(c)
+    out.append(FlagChange("remove", "--enable-hierarchical-cache"))
+    return out
+
+
 def safety_warnings(name: str | None, **inputs: object) -> list[str]:
-    """Run the safety check a signature names (`fix.safety`); [] for none or an unknown name."""
+    """Run the safety check a signature names (`fix.safety`) on a given ratio; [] for none or an unknown name."""
     if name == "hicache-host-memory":
         return hicache_host_memory(**inputs)  # type: ignore[arg-type]
     return []
+
+
+def safe_fix(name: str | None, changes: Sequence[FlagChange], summary: str, **inputs: object) -> SafeFix:
+    """The fix as the safety check a signature names (`fix.safety`) leaves it; unchanged for none or unknown."""
+    if name == "hicache-host-memory":
+        return hicache_fix(changes, summary, **inputs)  # type: ignore[arg-type]
+    return SafeFix(tuple(changes), ())

@@ -21,7 +21,7 @@ from crashdoc.remedy import conditions
 from crashdoc.remedy.argfacts import ArgFacts
 from crashdoc.remedy.candidates import Candidate, Current, Failure, apply_values, candidates
 from crashdoc.remedy.commandline import LaunchCommand, join_argv
-from crashdoc.remedy.fix import apply_changes, describe, is_environment
+from crashdoc.remedy.rewrite import apply_changes, describe, is_environment
 from crashdoc.remedy.verify import Answer, Request, SGLangChecker, child_environment
 
 PER_FAILURE = 8  # candidates checked for one failure at a time
@@ -115,6 +115,7 @@ def accepted_fix(
     logged: Mapping[str, str] | None = None,
     understand: Understand | None = None,
     checks: Sequence[Failure] = (),
+    unchecked: str = "",
 ) -> SearchResult:
     """The fix to present for one failure of `command` (None: only the log's values are known). `checks` are the
     release's other checks (derived, with their conditions): without SGLang to ask, a change that a later check
@@ -128,7 +129,7 @@ def accepted_fix(
     if interpreter is None or command is None:
         if command is not None:  # the log's resolved values are not what the user set: only a command's
             ranked = _ahead(ranked, current, facts, checks)
-        return _ranked(ranked, command, release, facts, interpreter, started)
+        return _ranked(ranked, command, release, facts, interpreter, started, unchecked)
     return _searched(failure, current, command, ranked, facts, interpreter, budget, understand, started)
 
 
@@ -139,8 +140,10 @@ def _ranked(
     facts: ArgFacts,
     interpreter: str | None,
     started: float,
+    unchecked: str = "",
 ) -> SearchResult:
-    why_unchecked = (
+    """The best-ranked candidate, unchecked; `unchecked` says why no SGLang was asked (default: explain's)."""
+    why_unchecked = unchecked or (
         "no SGLang to ask (`explain --sglang-python PATH` checks it)"
         if interpreter is None
         else "no command to check (`explain --command '...'` gives it)"

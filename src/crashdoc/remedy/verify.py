@@ -20,27 +20,21 @@ import contextlib
 import json
 import os
 import posixpath
-import queue
 import selectors
 import signal
 import subprocess
 import tempfile
-import threading
 import time
-from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
-from crashdoc.diagnosis.engine import UnitRecord
-from crashdoc.events import Diagnosis, FlagChange
+from crashdoc.events import FlagChange
 from crashdoc.redact import redact
 from crashdoc.remedy.commandline import LaunchCommand, Reader, find_invocation, read_text_file
-from crashdoc.remedy.fix import apply_changes, is_environment
+from crashdoc.remedy.rewrite import apply_changes, is_environment
 
 TIMEOUT = 90.0
-PARALLEL = 4  # `diagnose`: checks at once
 MARK = "CRASHDOC-VERIFY "
 SERVE = "--crashdoc-serve"
 
@@ -653,118 +647,3 @@ def verify_fix(
         )
     result = verify_argv(interpreter, after.sglang_args, env=child_environment(after.environment), timeout=timeout)
     return Verification(result.status, redact(result.text))
-
-
-# --- wiring helpers for `diagnose` and the daemon (the engine never waits for a child process) -------------
-
-
-def unit_cmdline(rec: UnitRecord, invocation: str = "") -> tuple[str, ...]:
-    """The argv crashdoc may run a check with: the unit's ExecStart as systemd reports it over D-Bus (root's
-    configuration), never a command line read from the journal (`_CMDLINE` is whatever the unit's processes
-    made of their argv, and journal files can be crafted). Empty when D-Bus did not say."""
-    return rec.state.exec_start if rec.state is not None and rec.state.exec_start else ()
-
-
-def _key(cmdline: Sequence[str], changes: Sequence[FlagChange]) -> tuple[object, ...]:
-    return (tuple(cmdline), tuple((c.action, c.flag, c.value, c.new_flag) for c in changes))
-
-
-def with_verification(d: Diagnosis, verified: str | None) -> Diagnosis:
-    """A copy of the diagnosis carrying the verification line (the engine's own object is left alone)."""
-    return replace(d, fix=replace(d.fix, verified=verified))
-
-
-def verify_diagnoses(
-    diagnoses: Sequence[Diagnosis],
-    units: Mapping[str, UnitRecord],
-    *,
-    read: Reader = read_text_file,
-    timeout: float = TIMEOUT,
-) -> list[Diagnosis]:
-    """`crashdoc diagnose`: each flag fix checked once per distinct corrected command, a few at a time (each
-    child spends seconds importing SGLang)."""
-    todo: dict[tuple[object, ...], tuple[tuple[str, ...], list[FlagChange]]] = {}
-    keys: list[tuple[object, ...] | None] = []
-    for d in diagnoses:
-        rec = units.get(d.unit)
-        if not d.fix.changes or rec is None or d.fix.verified is not None:  # checked already (remedy.search)
-            keys.append(None)
-            continue
-        cmdline = unit_cmdline(rec, d.invocation)
-        key = _key(cmdline, d.fix.changes)
-        todo.setdefault(key, (cmdline, list(d.fix.changes)))
-        keys.append(key)
-    with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-        futures = {
-            key: pool.submit(verify_fix, cmdline, changes, read=read, timeout=timeout)
-            for key, (cmdline, changes) in todo.items()
-        }
-        done = {key: future.result().text for key, future in futures.items()}
-    return [d if key is None else with_verification(d, done[key]) for d, key in zip(diagnoses, keys, strict=True)]
-
-
-class FixVerifier:
-    """The daemon's verifier: one worker thread, results cached by corrected command, so that the engine's
-    thread only queues a request and reads the cache."""
-
-    def __init__(
-        self,
-        *,
-        read: Reader = read_text_file,
-        timeout: float = TIMEOUT,
-        on_done: Callable[[str, str], None] = lambda unit, text: None,
-        size: int = 256,
-    ) -> None:
-        self._read, self._timeout, self._on_done, self._size = read, timeout, on_done, size
-        self._results: OrderedDict[tuple[object, ...], str] = OrderedDict()
-        self._queue: queue.Queue[tuple[str, tuple[object, ...], tuple[str, ...], list[FlagChange]] | None] = (
-            queue.Queue()
-        )
-        self._lock = threading.Lock()
-        self._thread: threading.Thread | None = None
-
-    def request(self, unit: str, cmdline: Sequence[str], changes: Sequence[FlagChange]) -> None:
-        if not changes or not cmdline:
-            return
-        key = _key(cmdline, changes)
-        with self._lock:
-            if key in self._results:
-                return
-            self._results[key] = "verification pending: SGLang's argument checks are running"
-            while len(self._results) > self._size:
-                self._results.popitem(last=False)
-            if self._thread is None:
-                self._thread = threading.Thread(target=self._work, name="crashdoc-verify", daemon=True)
-                self._thread.start()
-        self._queue.put((unit, key, tuple(cmdline), list(changes)))
-
-    def verified(self, cmdline: Sequence[str], changes: Sequence[FlagChange]) -> str | None:
-        with self._lock:
-            return self._results.get(_key(cmdline, changes))
-
-    def annotate(self, diagnoses: Sequence[Diagnosis], units: Mapping[str, UnitRecord]) -> list[Diagnosis]:
-        out = []
-        for d in diagnoses:
-            rec = units.get(d.unit)
-            text = self.verified(unit_cmdline(rec, d.invocation), d.fix.changes) if rec and d.fix.changes else None
-            out.append(with_verification(d, text) if text else d)
-        return out
-
-    def stop(self) -> None:
-        if self._thread is not None:
-            self._queue.put(None)
-            self._thread.join(timeout=self._timeout + 5)
-
-    def _work(self) -> None:
-        while True:
-            item = self._queue.get()
-            if item is None:
-                return
-            unit, key, cmdline, changes = item
-            try:
-                text = verify_fix(cmdline, changes, read=self._read, timeout=self._timeout).text
-            except Exception as exc:  # never let a verification take the daemon down
-                text = f"not verified: {type(exc).__name__}: {exc}"
-            with self._lock:
-                self._results[key] = text
-            self._on_done(unit, text)

@@ -9,7 +9,6 @@ from pathlib import Path
 from crashdoc.authoring.hostrelease import HostReleases, derive_in_child
 from crashdoc.config import Config, parse_listen
 from crashdoc.diagnosis.engine import Engine
-from crashdoc.diagnosis.report import ReleaseReader
 from crashdoc.events import Thresholds
 from crashdoc.matching.cache import CompiledCache
 from crashdoc.matching.derived import DerivedLibrary, load_shipped
@@ -19,11 +18,12 @@ from crashdoc.matching.reload import LibraryHolder
 from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import JournalRecorder
 from crashdoc.outputs.metrics import Health
-from crashdoc.remedy.fixes import unit_files
-from crashdoc.remedy.verify import FixVerifier
+from crashdoc.remedy.launch import LaunchReader, unit_files
+from crashdoc.remedy.stage import RemedyStage
 from crashdoc.runtime.daemon import Daemon
 from crashdoc.runtime.effects import Effects
 from crashdoc.runtime.log import log
+from crashdoc.runtime.remedies import RemedyWorker
 from crashdoc.runtime.saving import StateSaver
 from crashdoc.runtime.view import HttpView
 from crashdoc.sources.cursor import CursorStore
@@ -31,9 +31,9 @@ from crashdoc.sources.files import UnitFilesWatcher
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.sources.units import UnitWatcher
 
-# (the current matcher, thresholds, role of a unit, the SGLang release of a command line) -> the engine;
-# commands/pipeline.py makes the one `run`, `diagnose` and `explain` share
-EngineFactory = Callable[[Callable[[], Matcher], Thresholds, Callable[[str], str | None], ReleaseReader], Engine]
+# (the current matcher, thresholds, role of a unit) -> the engine; commands/pipeline.py makes the one `run`,
+# `diagnose` and `explain` share
+EngineFactory = Callable[[Callable[[], Matcher], Thresholds, Callable[[str], str | None]], Engine]
 
 
 def build(config: Config, make_engine: EngineFactory, *, listen: str | None = None) -> tuple[Daemon, HttpServer]:
@@ -49,16 +49,17 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     own = own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())
     releases = host_releases(config, holder)
-    engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of, releases.release_of)
-    source = JournalSource(units, directory=config.journal_directory)
+    engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of)
+    # read by the C batch reader, built into the state folder's cache on first use (systemd-python without it)
+    source = JournalSource(units, directory=config.journal_directory, build_dir=library_cache_dir(config))
     store = CursorStore(config.state_directory)
     watcher = UnitWatcher(units) if config.dbus else None
     health = Health()
     lock = threading.Lock()
-    verifier = FixVerifier(on_done=lambda unit, text: log(f"{unit}: fix {text}"))
-    view = HttpView(engine, holder, lock, health, store, watcher, config, verifier=verifier, releases=releases)
+    remedies = RemedyWorker(RemedyStage(derived=lambda: holder.derived))
+    view = HttpView(engine, holder, lock, health, store, watcher, config, remedies=remedies, releases=releases)
     recorder = JournalRecorder(runbook_url=view.runbook_url)
-    effects = Effects(recorder, health, verifier=verifier, units=engine.units)
+    effects = Effects(recorder, health)
     am = config.alertmanager
     if am.url:
         from crashdoc.outputs.alerts import AlertSender
@@ -78,9 +79,12 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         view,
         lock,
         health,
+        LaunchReader(sglang_release=releases.sglang_release),
+        remedies,
         unit_files=unit_files,
         library_folders=library_folders,
     )
+    remedies.wake = daemon.wake  # a fix or a check that is done wakes the loop, which publishes it
     if watcher is not None:
         daemon.files = UnitFilesWatcher(daemon.file_changed)
     host, port = parse_listen(listen or config.listen)

@@ -1,10 +1,11 @@
 """`crashdoc run`: the loop that moves events between the parts and keeps time.
 
 One thread owns the engine and runs a select loop over the journal's inotify fd, the D-Bus
-fd and a wake-up pipe (library reloads, signals, file changes). The HTTP server and the
-Alertmanager sender run in their own threads and read under the same lock. Decisions belong
-to the engine; effects to `effects`, saving to `saving`, what HTTP shows to `view`; this
-module only moves events and keeps time.
+fd and a wake-up pipe (library reloads, signals, file changes, a fix the remedy stage finished).
+The HTTP server and the Alertmanager sender run in their own threads and read under the same lock.
+Decisions belong to the engine; the files they need are read before its step (`LaunchReader`) and
+the fixes applied after it on worker threads (`remedies`), both outside the lock; effects belong to
+`effects`, saving to `saving`, what HTTP shows to `view`; this module only moves events and keeps time.
 """
 
 from __future__ import annotations
@@ -18,23 +19,24 @@ import time
 import traceback
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crashdoc.config import Config, ConfigError, load_config
-from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.engine import Engine, feed
 from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
 from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import recorded_event_ids
 from crashdoc.outputs.metrics import CrashdocCollector, Health, make_registry
+from crashdoc.remedy.launch import LaunchReader
 from crashdoc.runtime import saving
 from crashdoc.runtime.effects import RECORDED, Effects
 from crashdoc.runtime.log import log
+from crashdoc.runtime.remedies import RemedyWorker
 from crashdoc.runtime.saving import StateSaver
 from crashdoc.runtime.settings import settings_change
 from crashdoc.runtime.view import HttpView
-from crashdoc.sources.cursor import entries_between
 from crashdoc.sources.files import UnitFilesWatcher
 from crashdoc.sources.journal import JournalSource
 from crashdoc.sources.units import UnitWatcher
@@ -45,6 +47,7 @@ BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald 
 IDLE_TIMEOUT = 1.0
 BUSY_PERIOD = 3.0
 LAG_PROBE_INTERVAL = 1.0  # while behind, look up the newest entry's time this often (for the lag metric)
+REMEDY_WAIT = 10.0  # seconds a loop's record and alert wait for its fix; then they go out with the changes alone
 
 
 @dataclass(slots=True)
@@ -59,6 +62,8 @@ class Daemon:
     view: HttpView
     lock: threading.Lock
     health: Health
+    launches: LaunchReader
+    remedies: RemedyWorker
     files: UnitFilesWatcher | None = None
     unit_files: Callable[[UnitState], list[str]] = lambda state: []
     library_folders: Callable[[Config], list] = lambda config: []
@@ -75,6 +80,11 @@ class Daemon:
     _behind: bool = False  # the last drain stopped for its time budget: more to read at once
     _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
     _lag_probe_at: float = 0.0
+    _caught_up: bool = False  # the journal was read to its end once since the start
+    _saved_outbox: set[int] = field(default_factory=set)  # ids of the pending events a save already holds
+    _waiting_since: dict[int, float] = field(default_factory=dict)  # pending events waiting for their fix
+    _unready_since: dict[str, float] = field(default_factory=dict)  # loops whose fix is not applied yet
+    _alerted: dict[str, Diagnosis] = field(default_factory=dict)  # what the alerts said last, by unit
 
     # --- lifecycle -----------------------------------------------------------------------
 
@@ -82,6 +92,8 @@ class Daemon:
         self.view.registry = make_registry(CrashdocCollector(self.engine.units, self.health, self.lock))
         self.health.started_at = time.time()
         self.health.signatures_loaded = len(self.holder.library)
+        if self.source.fast_reader:  # said once: the daemon reads as before, only slower
+            log(f"reading the journal with systemd-python, the C batch reader is not in use: {self.source.fast_reader}")
         saved = self.saver.store.load()
         if saved.warning:
             log(saved.warning)
@@ -103,7 +115,9 @@ class Daemon:
         if self.watcher is not None:
             if self.watcher.connect():
                 self.health.dbus_up = True
-                for unit in self.watcher.discover():
+                discovered = self.watcher.discover()
+                self.source.watch_units(discovered)
+                for unit in discovered:
                     self.engine.watch(unit)
                     if resumed:
                         self._stale.add(unit)  # D-Bus says "now": after the backlog since the cursor
@@ -115,12 +129,13 @@ class Daemon:
 
     def _catch_up(self, unit: str) -> None:
         """A run already in progress when crashdoc starts: read what it logged so far (was it ready?)."""
-        state = self.engine.units()[unit].state
+        view = self.engine.units().get(unit)
+        state = view.systemd if view is not None else None
         if state is None or not state.invocation or state.active_state not in ("active", "activating", "reloading"):
             return
-        for line in self.source.run_so_far(unit, state.invocation):
-            self.engine.on_line(line)
-        self.engine.events()  # history, not news: no records or alerts for it
+        self._feed(list(self.source.run_so_far(unit, state.invocation)))
+        with self.lock:
+            self.engine.events()  # history, not news: no records or alerts for it
 
     def run(self, http: HttpServer | None) -> int:
         sel = selectors.DefaultSelector()
@@ -159,6 +174,7 @@ class Daemon:
                 http.stop()
             self._save(force=True)
             self.effects.stop()
+            self.remedies.stop(wait=1.0)
             os.close(wake_r)
             os.close(self._wake_w)
         return 0
@@ -189,15 +205,15 @@ class Daemon:
 
     def request_stop(self) -> None:
         self._stop = True
-        self._wake()
+        self.wake()
 
     def request_reload(self, config: bool = False) -> None:
         """A signature file changed (the watcher's thread), or SIGHUP (`config`: the configuration file too)."""
         self._reload_requested = True
         self._config_reload_requested |= config
-        self._wake()
+        self.wake()
 
-    def _wake(self) -> None:
+    def wake(self) -> None:
         try:
             os.write(self._wake_w, b"x")
         except OSError:
@@ -214,16 +230,11 @@ class Daemon:
         """
         deadline = time.monotonic() + DRAIN_BUDGET
         while not self._stop:
-            before, entries, errors = self.source.cursor, self.source.stats.entries, self.source.stats.errors
+            errors = self.source.stats.errors
             events = self.source.read(BATCH)
-            self._account(before, entries, errors)
+            self._account(errors)
             if events:
-                with self.lock:
-                    for event in events:
-                        if isinstance(event, LogLine):
-                            self.engine.on_line(event)
-                        else:
-                            self._on_lifecycle(event)
+                self._feed(events)
                 self._busy_until = time.monotonic() + BUSY_PERIOD
             if self.source.at_end and self._stale:
                 self._refresh_stale()
@@ -233,16 +244,25 @@ class Daemon:
             self._update_journal_health()
             self._save(force=effects)  # right after effects: a kill now would redo as little as possible
             if self.source.at_end:
+                if not self._caught_up:
+                    self._caught_up = True
+                    if self.source.stats.entries:  # a backlog since the saved position: how long it took
+                        took = time.time() - self.health.started_at
+                        log(f"caught up with the journal: {self.source.stats.entries:,} entries read in {took:.1f} s")
                 return True
             if time.monotonic() >= deadline:
                 return False
             self.notify("WATCHDOG=1")  # a long backlog (start-up, a flood) is progress, not a hang
         return True
 
-    def _on_lifecycle(self, record: LifecycleRecord) -> None:
-        self.engine.on_lifecycle(record)
+    def _feed(self, events: list[LogLine | LifecycleRecord]) -> None:
+        """Events into the engine: the launch facts they need read first (files, outside the lock), then the
+        engine's step under the lock. A unit PID 1 spoke of is read over D-Bus once the journal is caught up."""
+        prepared = self.launches.prepare(events)
+        with self.lock:
+            feed(self.engine, prepared)
         if self.watcher is not None:
-            self._stale.add(record.unit)
+            self._stale.update(e.unit for e in events if isinstance(e, LifecycleRecord))
 
     def _refresh_stale(self) -> None:
         """Read the units D-Bus or PID 1 said something about, now that the journal is caught up.
@@ -253,25 +273,30 @@ class Daemon:
         """
         if self.watcher is None or not self.watcher.up:
             return
-        with self.lock:
-            while self._stale and self.watcher.up:
-                self._refresh_unit(self._stale.pop())
+        while self._stale and self.watcher.up:
+            self._refresh_unit(self._stale.pop())
 
     def _refresh_unit(self, unit: str) -> None:
+        """What D-Bus says of the unit now, with its command's launch facts, read before taking the lock."""
         assert self.watcher is not None
         state = self.watcher.state(unit)
         self.health.dbus_up = self.watcher.up
         if state is None:
             return
-        self.engine.on_unit_state(state)
-        if self.files is not None and state.loaded:
-            for path, mtime in self.files.set_unit_files(unit, self.unit_files(state)):
+        prepared = self.launches.prepare([state])
+        changed = self.files.set_unit_files(unit, self.unit_files(state)) if self.files and state.loaded else []
+        with self.lock:
+            feed(self.engine, prepared)
+            for path, mtime in changed:
                 self.engine.on_file_changed(unit, path, mtime)
+            view = self.engine.units([unit]).get(unit)
+        if view is not None and view.diagnosis is not None:  # its loop's fix, on the command systemd reported now
+            self.remedies.request(view.diagnosis, check=True)
 
     def file_changed(self, unit: str, path: str, at: float) -> None:
         """From the file watcher's thread: queue it for the loop."""
         self._file_events.append((unit, path, at))
-        self._wake()
+        self.wake()
 
     def _apply_file_events(self) -> None:
         while self._file_events:
@@ -286,6 +311,7 @@ class Daemon:
         if changed:
             # systemd tells D-Bus at once, journald wakes readers up to 250 ms later: read now (the drain
             # reads the changed units over D-Bus once caught up with the journal)
+            self.source.watch_units(changed)
             with self.lock:
                 for unit in changed:
                     self.engine.watch(unit)
@@ -342,17 +368,16 @@ class Daemon:
         except ConfigError as exc:
             self.health.config_reload_errors += 1
             self.health.config_reload_ok = False
-            problems = "\n".join(f"  {p}" for p in exc.problems)
-            log(f"configuration reload rejected, the previous configuration stays active:\n{problems}")
+            log(exc.said("configuration reload rejected, the previous configuration stays active"))
             return
         old = self.config
         change = settings_change(old, new)
         self.config = self.view.config = change.config
-        with self.lock:
-            if "thresholds" in change.live:
+        if "thresholds" in change.live:
+            with self.lock:
                 self.engine.set_thresholds(new.thresholds)
-            if "units" in change.live:
-                self._rewatch(new)
+        if "units" in change.live:
+            self._rewatch(new)
         if "signature_folders" in change.live or "builtin_signatures" in change.live:
             self.holder.folders = self.library_folders(new)
             if self._library_watcher is not None:
@@ -376,12 +401,15 @@ class Daemon:
         the others follow the rules, and newly watched units are looked up on D-Bus (their lines count from
         now on)."""
         self.source.rewatch(config.units)
-        for name in self.engine.set_roles(self.source.units.role_of):
+        with self.lock:
+            gone = self.engine.set_roles(self.source.units.role_of)
+        for name in gone:
             if self.files is not None:
                 self.files.set_unit_files(name, [])
         if self.watcher is not None and self.watcher.up:
             for unit in self.watcher.discover():
-                self.engine.watch(unit)
+                with self.lock:
+                    self.engine.watch(unit)
                 self._refresh_unit(unit)
 
     def _reload_library(self) -> None:
@@ -392,35 +420,71 @@ class Daemon:
             self.health.signature_reload_errors = self.holder.errors
 
     def _act(self) -> bool:
-        """Carry out what the engine decided; True if that had effects (journal records).
+        """Carry out what the engine decided, in order, each loop event once the remedy stage has applied its
+        fix (or REMEDY_WAIT has passed); True if that had effects (journal records).
 
         Decisions with effects are saved first, with the engine's state and the cursor: the
-        snapshot keeps them as an outbox. A kill before that save redoes them from the journal;
-        a kill after it hands them out again on restart and the recorder skips the records the
-        journal already holds. Saving only after the effects would lose that for decisions a
-        journal replay does not redo (a D-Bus change, a tick: dated by the clock, they come out
-        of a restarted crashdoc as new events).
+        snapshot keeps them as an outbox (they stay in the engine until they are carried out). A
+        kill before that save redoes them from the journal; a kill after it hands them out again
+        on restart and the recorder skips the records the journal already holds. Saving only after
+        the effects would lose that for decisions a journal replay does not redo (a D-Bus change, a
+        tick: dated by the clock, they come out of a restarted crashdoc as new events).
         """
         with self.lock:
-            outbox = any(event.kind in RECORDED for event in self.engine.pending())
-        if outbox:
+            pending = self.engine.pending()
+        if any(e.kind in RECORDED and id(e) not in self._saved_outbox for e in pending):
             self.saver.dirty = True
             self._save(force=True)
+            self._saved_outbox = {id(e) for e in pending}
+        now = time.monotonic()
+        waiting, ready = {}, 0
+        for event in pending:
+            d = event.diagnosis
+            if d is not None and event.kind in RECORDED:
+                self.remedies.request(d, check=True)  # SGLang's own checks too, for a loop's fix
+                since = waiting[id(event)] = self._waiting_since.get(id(event), now)
+                if not self.remedies.ready(d) and now - since < REMEDY_WAIT:
+                    break
+            ready += 1
+        self._waiting_since = waiting
         with self.lock:
-            effects = self.effects.emit(self.engine.events(), self._active_alerts)
+            events = self.engine.events(ready)
+        published = [replace(e, diagnosis=self.remedies.published(e.diagnosis)) if e.diagnosis else e for e in events]
+        effects = self.effects.emit(published, self._active_alerts)
+        effects |= self.effects.checked(self.remedies.take_checked())  # a loop's fix, once SGLang has spoken
+        if self.remedies.changed:  # a fix or a check came in: the alerts say it
+            self.remedies.changed = False
+            if self.effects.alerts is not None and not events:
+                self.effects.alerts.update(self._active_alerts())
         if effects:
             self.saver.dirty = True  # the outbox on disk is stale now; the next save empties it
         return effects
 
     def _active_alerts(self) -> dict[str, Diagnosis]:
-        return {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
+        """The loops to alert on, each with its fix as the remedy stage applied it. A loop whose fix is not ready
+        yet (for REMEDY_WAIT at most) keeps the alert it had, or has none yet: an alert never goes out with a
+        fix that has no command, only to be sent again a moment later with one."""
+        with self.lock:
+            active = {name: rec.diagnosis for name, rec in self.engine.units().items() if rec.diagnosis is not None}
+        now = time.monotonic()
+        shown: dict[str, Diagnosis] = {}
+        unready: dict[str, float] = {}
+        for name, d in active.items():
+            if not self.remedies.ready(d):
+                since = unready[name] = self._unready_since.get(name, now)
+                if now - since < REMEDY_WAIT:
+                    if name in self._alerted:
+                        shown[name] = self._alerted[name]
+                    continue
+            shown[name] = self.remedies.published(d)
+        self._unready_since, self._alerted = unready, shown
+        return shown
 
-    def _account(self, before: str | None, entries: int, errors: int) -> None:
+    def _account(self, errors: int) -> None:
         """Say what one read skipped: entries gone before they could be read (their sequence numbers
         jump: rotated away and vacuumed, a file dropped), and entries that could not be read."""
         stats = self.source.stats
-        written = entries_between(before, self.source.cursor)
-        gone = 0 if written is None else written - (stats.entries - entries)
+        gone = self.source.take_gone()
         if gone > 0:
             self.health.journal_entries_skipped += gone
             log(f"{gone} journal entries were gone before they could be read (rotated away and vacuumed?)")

@@ -11,10 +11,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from crashdoc.diagnosis.engine import EngineEvent, UnitRecord
+from crashdoc.diagnosis.views import EngineEvent
 from crashdoc.events import Diagnosis
 from crashdoc.outputs.metrics import Health
-from crashdoc.remedy.verify import FixVerifier, unit_cmdline
 from crashdoc.runtime.log import log, stderr_is_journal
 
 # events that leave a trace outside crashdoc (a journal record): saved in the outbox before they act
@@ -27,6 +26,8 @@ class Recorder(Protocol):
     seen: set[str]
 
     def record(self, event: EngineEvent) -> bool: ...
+
+    def record_checked(self, unit: str, d: Diagnosis) -> bool: ...
 
 
 class AlertSink(Protocol):
@@ -44,11 +45,10 @@ class Effects:
     alerts: AlertSink | None = None
     say: Callable[[str], None] = log
     quiet_when_recorded: bool = field(default_factory=stderr_is_journal)  # a record already says it all
-    verifier: FixVerifier | None = None  # checks a loop's corrected command on its own thread
-    units: Callable[[], Mapping[str, UnitRecord]] = dict
 
     def emit(self, events: list[EngineEvent], active: Callable[[], Mapping[str, Diagnosis]]) -> bool:
-        """Records for loop events, the alert state, the latency metric. True if anything was recorded."""
+        """Records for loop events (their diagnoses as the remedy stage left them), the alert state, the latency
+        metric. True if anything was recorded."""
         effects = False
         for event in events:
             if event.kind not in RECORDED:
@@ -64,10 +64,6 @@ class Effects:
                 continue  # handed out again after a restart and already in the journal: done before
             quiet = recorded and self.quiet_when_recorded
             d = event.diagnosis
-            if d is not None and d.fix.changes and self.verifier is not None:
-                rec = self.units().get(event.unit)
-                if rec is not None:
-                    self.verifier.request(event.unit, unit_cmdline(rec, d.invocation), d.fix.changes)
             if event.kind in ("loop-started", "failed") and d is not None:
                 self.health.diagnosis_latency.observe(max(0.0, time.time() - (d.timestamp or event.at)))
                 if not quiet:
@@ -78,6 +74,22 @@ class Effects:
             self.alerts.update(active())
         return effects
 
+    def checked(self, done: list[Diagnosis]) -> bool:
+        """A loop's fix once SGLang's checks have spoken (the search's fix, or the check's verdict): a journal
+        record and a line of its own, after the loop's record that said the check was pending."""
+        effects = False
+        for d in done:
+            recorded = self.recorder.record_checked(d.unit, d)
+            if recorded:
+                effects = True
+                self.health.journal_records_written = self.recorder.written
+            elif self.recorder.last_error:
+                self.say(self.recorder.last_error)
+                self.recorder.last_error = ""
+            if not (recorded and self.quiet_when_recorded):
+                self.say(f"{d.unit}: fix {d.fix.verified} -- {d.fix.summary}")
+        return effects
+
     def tick(self) -> None:
         if self.alerts is not None:
             self.alerts.tick()
@@ -85,5 +97,3 @@ class Effects:
     def stop(self) -> None:
         if self.alerts is not None:
             self.alerts.stop()
-        if self.verifier is not None:
-            self.verifier.stop()

@@ -54,10 +54,8 @@ def restore(engine: Engine, saved: SavedState, journal_gone: bool) -> bool:
         log("resuming the journal after the saved cursor (no saved state: counters start at 0)")
         return False
     try:
-        if saved.engine is not None:
-            engine.restore(saved.engine)
-        else:
-            engine.restore_legacy(saved.legacy_engine)
+        engine.restore(saved.engine if saved.engine is not None else saved.legacy_engine)
+        if saved.engine is None:
             log("the saved state of crashdoc 0.1.0 was read and will be saved in today's format")
     except SnapshotError as exc:
         log(f"the saved state cannot be used ({exc}); resuming the journal with empty counters")

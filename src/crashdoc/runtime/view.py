@@ -1,5 +1,6 @@
-"""What the HTTP server shows: metrics, diagnoses, the on-call pages and health, read under the
-daemon's lock (the engine is only ever changed by the loop's thread)."""
+"""What the HTTP server shows: metrics, diagnoses, the on-call pages and health. The engine's views are read
+under the daemon's lock (the engine is only ever changed by the loop's thread); their fixes come from the
+remedy stage's worker, outside it."""
 
 from __future__ import annotations
 
@@ -11,14 +12,17 @@ from typing import Any
 from crashdoc.authoring.hostrelease import HostReleases
 from crashdoc.config import Config
 from crashdoc.diagnosis.engine import Engine
+from crashdoc.events import Diagnosis
 from crashdoc.matching.library import Signature
 from crashdoc.matching.reload import LibraryHolder
 from crashdoc.outputs import html as pages
 from crashdoc.outputs.metrics import Health, exposition
 from crashdoc.outputs.render import diagnoses_json
-from crashdoc.remedy.verify import FixVerifier
+from crashdoc.runtime.remedies import RemedyWorker
 from crashdoc.sources.cursor import CursorStore
 from crashdoc.sources.units import UnitWatcher
+
+PUBLISH_WAIT = 2.0  # seconds a page waits for the fix of a diagnosis it shows first (reading a launch script)
 
 
 @dataclass(slots=True)
@@ -32,37 +36,51 @@ class HttpView:
     config: Config
     registry: Any = None  # the prometheus_client registry, made when the daemon prepares
     scheme: str = "http"  # of the default links: "https" when the web configuration turns TLS on
-    verifier: FixVerifier | None = None  # fix.verified, from SGLang's argument checks run on their own thread
+    remedies: RemedyWorker | None = None  # the fixes applied to the units' commands, and SGLang's verdicts
     releases: HostReleases | None = None  # the units' SGLang releases and the trees derived for them
 
     def metrics(self) -> bytes:
         return exposition(self.registry)
 
     def diagnoses_json(self, unit: str | None) -> str:
+        units = [unit] if unit else None
         with self.lock:
-            units = [unit] if unit else None
-            found = self.engine.diagnoses(units)
-            if self.verifier is not None:
-                found = self.verifier.annotate(found, self.engine.units())
-            return diagnoses_json(found, warnings=self.engine.warnings(units))
+            found, warnings = self.engine.diagnoses(units), self.engine.warnings(units)
+        shown = self._published([*found, *warnings])
+        return diagnoses_json(shown[: len(found)], warnings=shown[len(found) :])
 
     def unit_page(self, unit: str) -> bytes | None:
         with self.lock:
             rec = self.engine.units().get(unit)
-            if rec is None:
-                return None
-            d = rec.diagnosis or rec.last_diagnosis
-            sig = self._signature(d.signature) if d is not None and d.signature else None
-            return pages.unit_page(rec, sig, self.engine.warnings([unit]))
+            warnings = self.engine.warnings([unit]) if rec is not None else []
+        if rec is None:
+            return None
+        last = rec.diagnosis or rec.last_diagnosis
+        shown = self._published([last, *warnings] if last is not None else warnings)
+        d, warnings = (shown[0], shown[1:]) if last is not None else (None, shown)
+        sig = self._signature(d.signature) if d is not None and d.signature else None
+        return pages.unit_page(rec, d, sig, warnings)
 
     def runbook_page(self, signature: str) -> bytes | None:
+        sig = self._signature(signature)
+        if sig is None:
+            return None
         with self.lock:
-            sig = self._signature(signature)
-            return None if sig is None else pages.runbook_page(sig, self.engine.units().values())
+            units = [(rec, rec.diagnosis or rec.last_diagnosis) for rec in self.engine.units().values()]
+        with_one = [(rec, d) for rec, d in units if d is not None and d.signature == signature]
+        shown = self._published([d for _, d in with_one if d is not None])
+        return pages.runbook_page(sig, [(rec, d) for (rec, _), d in zip(with_one, shown, strict=True)])
+
+    def _published(self, diagnoses: list[Diagnosis]) -> list[Diagnosis]:
+        """The diagnoses with their fixes as the remedy stage left them (a new one is waited for a moment)."""
+        if self.remedies is None:
+            return diagnoses
+        return self.remedies.publish(diagnoses, wait=PUBLISH_WAIT)
 
     def _signature(self, signature: str) -> Signature | None:
         """A reviewed signature, or a derived one seen as a signature (its runbook says it was derived)."""
-        sig = self.holder.library.get(signature)
+        with self.lock:
+            sig = self.holder.library.get(signature)
         derived = self.holder.derived
         if sig is None and derived is not None and signature.startswith("derived-"):
             found = derived.get(signature)

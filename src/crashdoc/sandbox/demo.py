@@ -11,11 +11,12 @@ launch script, as it usually does, and carries an API key that no crashdoc outpu
 from __future__ import annotations
 
 import shlex
+import shutil
 import sys
 from pathlib import Path
 
 import crashdoc
-from crashdoc.sandbox.systemd import PrivateSystemd, SandboxError, make_workdir
+from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
 
 PREFILL_UNIT = "sglang-prefill.service"
 DECODE_UNIT = "sglang-decode.service"
@@ -160,10 +161,8 @@ def decode_unit(python: str, workdir: Path) -> str:
 
 
 def demo_units(workdir: Path, python: str = sys.executable) -> dict[str, str]:
-    """Write the launch script and return ``{unit name: unit text}`` for PrivateSystemd."""
-    for path in (Path(python), package_root()):
-        if path.is_absolute() and Path("/tmp") in path.parents:
-            raise SandboxError(f"{path} is under /tmp, which the sandbox hides: the units could not run it")
+    """Write the launch script and return ``{unit name: unit text}`` for PrivateSystemd (which keeps the
+    interpreter and this package visible inside, under /tmp too)."""
     script = write_launch_script(workdir, python)
     return {PREFILL_UNIT: prefill_unit(script, workdir), DECODE_UNIT: decode_unit(python, workdir)}
 
@@ -171,6 +170,10 @@ def demo_units(workdir: Path, python: str = sys.executable) -> dict[str, str]:
 def boot_demo(python: str = sys.executable, timeout: float = 30.0) -> PrivateSystemd:
     """Boot a private systemd running the demo pair; the caller stops it (``with boot_demo() as sb``)."""
     workdir = make_workdir()
-    sandbox = PrivateSystemd(demo_units(workdir, python), workdir)
+    try:  # the sandbox removes the folder it was given when its boot fails; before that, it is ours to remove
+        sandbox = PrivateSystemd(demo_units(workdir, python), workdir, visible=[python])
+    except BaseException:
+        shutil.rmtree(workdir, ignore_errors=True)
+        raise
     sandbox.start(timeout=timeout)
     return sandbox

@@ -26,8 +26,12 @@ How it is isolated from the host (each point fixes a real hazard):
   Python process dies, even by SIGKILL, the private PID 1 and with it every process inside die too.
   ``stop()`` SIGKILLs exactly the private PID 1 (never anything found by name) and reaps the chain.
 
-Anything a unit or a test needs must live outside /tmp (the tmpfs hides the host's /tmp inside):
-the work folder defaults to ``/var/tmp/crashdoc-sandbox-<pid>-XXXX`` and /tmp paths are refused.
+A checkout, a venv or a work folder under /tmp (the most common scratch folder) stays usable: before the
+tmpfs goes on /tmp, each such path the units need (``visible``; by default this Python's prefix and
+interpreter, crashdoc's package and its checkout, and the work folder) is held by a bind mount under the
+private /run, and bound back to the same path on top of the new tmpfs; symlinks under /tmp on the way to
+them are recreated. Nothing else of the host's /tmp is visible inside, and all of it happens in the
+private mount namespace only. The work folder defaults to ``/var/tmp/crashdoc-sandbox-<pid>-XXXX``.
 
 Facts verified on systemd 252 (Debian 252.39) in this sandbox; tests/e2e/test_sandbox.py keeps them true:
 
@@ -80,10 +84,11 @@ import shlex
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import threading
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import IO, Any, TypeVar
 
@@ -134,7 +139,29 @@ _INNER_SH = r"""set -eu
 fail() { echo "crashdoc-sandbox: $*" >&2; exit 97; }
 mount -t proc -o nosuid,nodev,noexec proc /proc || fail "cannot mount /proc"
 mount -t tmpfs -o mode=0755,nosuid,nodev tmpfs /run || fail "cannot mount tmpfs on /run"
+# Paths under /tmp that the units need (boot/keep: one per line) are held under /run while the tmpfs goes on.
+hold=/run/crashdoc-sandbox-keep
+mkdir -m 0700 "$hold"
+cp "$SB_STATE/boot/keep" "$SB_STATE/boot/links" "$hold/" || fail "cannot read the list of /tmp paths to keep"
+n=0
+while IFS= read -r path; do
+    n=$((n + 1))
+    if [ -d "$path" ]; then mkdir "$hold/$n"; else : > "$hold/$n"; fi
+    mount --bind "$path" "$hold/$n" || fail "cannot hold $path"
+done < "$hold/keep"
 mount -t tmpfs -o mode=1777,nosuid,nodev tmpfs /tmp || fail "cannot mount tmpfs on /tmp"
+n=0
+while IFS= read -r path; do
+    n=$((n + 1))
+    if [ -d "$hold/$n" ]; then mkdir -p "$path"; else mkdir -p "$(dirname "$path")" && : > "$path"; fi
+    mount --move "$hold/$n" "$path" || fail "cannot bind $path back on the private /tmp"
+    rm -rf "$hold/$n"
+done < "$hold/keep"
+while IFS= read -r link && IFS= read -r target; do
+    [ -e "$link" ] || [ -L "$link" ] || { mkdir -p "$(dirname "$link")" && ln -s "$target" "$link"; } \
+        || fail "cannot recreate the symlink $link"
+done < "$hold/links"
+rm -rf "$hold"
 if [ -d /var/log/journal ]; then
     mount -t tmpfs -o mode=2755,nosuid,nodev tmpfs /var/log/journal || fail "cannot mount /var/log/journal"
 else
@@ -207,18 +234,19 @@ class PrivateSystemd:
         *,
         start_units: Iterable[str] | None = None,
         keep_workdir: bool | None = None,
+        visible: Iterable[str | os.PathLike[str]] = (),
     ) -> None:
         """``units`` maps unit names to their text; ``start_units`` (default: every given .service)
         are started once the boot is confirmed. Without ``workdir`` one is made (``make_workdir``);
         folders made that way are deleted on stop unless ``keep_workdir``, other folders are kept
-        (only their ``.sandbox`` subfolder is rewritten)."""
+        (only their ``.sandbox`` subfolder is rewritten). ``visible``: host paths under /tmp that units
+        need besides the defaults (``default_visible_paths``) and the work folder."""
         self._units: dict[str, str] = dict(units or {})
         self._start_units = (
             [n for n in self._units if n.endswith(".service")] if start_units is None else list(start_units)
         )
         self._workdir = Path(workdir).resolve() if workdir is not None else None
-        if self._workdir is not None:
-            _refuse_tmp(self._workdir)
+        self._visible = [Path(p) for p in visible]
         self._own_workdir = self._workdir is None or (self._workdir / _MARKER).is_file()
         self._keep_workdir = (not self._own_workdir) if keep_workdir is None else keep_workdir
         self._launcher: subprocess.Popen[bytes] | None = None
@@ -520,6 +548,9 @@ class PrivateSystemd:
         units = self.unit_dir
         (state / "boot" / "outer.sh").write_text(_OUTER_SH)
         (state / "boot" / "inner.sh").write_text(_INNER_SH)
+        binds, links = tmp_mounts([*default_visible_paths(), *self._visible, self.workdir])
+        (state / "boot" / "keep").write_text("".join(f"{b}\n" for b in binds))
+        (state / "boot" / "links").write_text("".join(f"{link}\n{target}\n" for link, target in links))
         for name in _HOST_UNITS:
             (units / name).write_text(_adapt_host_unit(name, _host_unit_text(name)))
         (units / TARGET).write_text(_TARGET_TEXT)
@@ -760,13 +791,64 @@ def _write_unit(unit_dir: Path, name: str, text: str) -> Path:
     return path
 
 
-def _refuse_tmp(path: Path) -> None:
-    tmp = Path("/tmp").resolve()
-    if path == tmp or tmp in path.parents:
-        raise SandboxError(
-            f"work folder {path} is under /tmp, which is a private tmpfs inside the sandbox: units could not "
-            "see its files. Use a folder under /var/tmp or the repository."
-        )
+def default_visible_paths() -> list[Path]:
+    """What a unit or the daemon inside runs from: this Python (its prefix, its interpreter, the folders on its
+    import path), the folder that holds the ``crashdoc`` package and, for a source checkout (``src/`` layout),
+    the checkout."""
+    package_root = Path(__file__).resolve().parents[2]
+    paths = [Path(sys.prefix), Path(sys.executable), package_root, *(Path(p) for p in sys.path if p)]
+    if (package_root.parent / "pyproject.toml").is_file():
+        paths.append(package_root.parent)
+    return paths
+
+
+def tmp_mounts(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[Path], list[tuple[Path, str]]]:
+    """What must be bound back on the sandbox's private /tmp for ``paths`` to work inside: the real
+    folders or files under /tmp they lead to (outermost only), and the symlinks under /tmp on the way
+    there (link, target) that no bound folder already holds. Paths that do not exist are skipped."""
+    tmp = Path("/tmp")
+    binds: set[Path] = set()
+    links: dict[Path, str] = {}
+    for given in paths:
+        real = _walk(Path(os.path.abspath(given)), links)
+        if real is not None and tmp in real.parents:
+            binds.add(real)
+    outer = sorted(b for b in binds if not any(o in b.parents for o in binds))
+    kept = [(link, target) for link, target in links.items() if tmp in link.parents]
+    kept = [(link, target) for link, target in kept if not any(o in link.parents for o in outer)]
+    for path in [*outer, *(link for link, _ in kept), *(Path(t) for _, t in kept)]:
+        if "\n" in str(path):
+            raise SandboxError(f"cannot keep {str(path)!r} visible in the sandbox: its name holds a newline")
+    return outer, sorted(kept)
+
+
+def _walk(path: Path, links: dict[Path, str]) -> Path | None:
+    """Resolve ``path`` one component at a time, noting each symlink met (link -> its target as written);
+    None when it does not exist or loops."""
+    current, rest = Path("/"), list(path.parts[1:])
+    for _ in range(256):
+        if not rest:
+            return current
+        part = rest.pop(0)
+        if part in ("", "."):
+            continue
+        if part == "..":
+            current = current.parent
+            continue
+        nxt = current / part
+        if nxt.is_symlink():
+            try:
+                target = os.readlink(nxt)
+            except OSError:
+                return None
+            links[nxt] = target
+            base = Path(target) if os.path.isabs(target) else current / target
+            current, rest = Path("/"), [*base.parts[1:], *rest]
+        elif nxt.exists():
+            current = nxt
+        else:
+            return None
+    return None
 
 
 def _host_cgroups() -> tuple[str, dict[str, tuple[Path, str]], tuple[Path, str] | None]:
@@ -854,23 +936,40 @@ def _remove_cgroups(cgroups: Iterable[Path], deadline: float) -> None:
 
 def _sweep_stale() -> None:
     """Remove sandbox cgroups and auto work folders whose launching process is gone (a killed test run)."""
+    for pid, path, is_cgroup in list(_traces()):
+        if _alive(pid):
+            continue
+        if is_cgroup:
+            _remove_cgroups([path], deadline=0)
+        else:
+            shutil.rmtree(path, ignore_errors=True)
+
+
+def traces_of(pid: int) -> list[Path]:
+    """The cgroups and auto work folders of sandboxes that process `pid` launched and that still exist: none
+    once they are stopped (what a test of a clean stop looks for)."""
+    return [path for owner, path, _ in _traces() if owner == pid]
+
+
+def _traces() -> Iterator[tuple[int, Path, bool]]:
+    """(launching PID, path, is a cgroup) of every sandbox cgroup and auto work folder on this host."""
+    pattern = re.compile(re.escape(CGROUP_PREFIX) + r"(\d+)-")
     try:
         _, v1, v2 = _host_cgroups()
     except (SandboxError, OSError):
-        return
-    pattern = re.compile(re.escape(CGROUP_PREFIX) + r"(\d+)-")
+        v1, v2 = {}, None
     for mountpoint, own in [*v1.values(), *([v2] if v2 else [])]:
         parent = mountpoint / own.lstrip("/")
         with contextlib.suppress(OSError):
-            for entry in parent.iterdir():
+            for entry in list(parent.iterdir()):
                 m = pattern.match(entry.name)
-                if m and entry.is_dir() and not _alive(int(m.group(1))):
-                    _remove_cgroups([entry], deadline=0)
+                if m and entry.is_dir():
+                    yield int(m.group(1)), entry, True
     with contextlib.suppress(OSError):
-        for entry in WORKDIR_PARENT.iterdir():
+        for entry in list(WORKDIR_PARENT.iterdir()):
             m = pattern.match(entry.name)
-            if m and (entry / _MARKER).is_file() and not _alive(int(m.group(1))):
-                shutil.rmtree(entry, ignore_errors=True)
+            if m and (entry / _MARKER).is_file():
+                yield int(m.group(1)), entry, False
 
 
 def _children_of(pid: int) -> list[int]:

@@ -1,28 +1,34 @@
 """Reading the journal: the watched units' lines and PID 1's records about them.
 
-Fields are read raw with `_get` (bytes) rather than through systemd-python's default
-converters, which cost 4-5x (see the journal read limits). Per entry only `_SYSTEMD_UNIT`
-is read until the entry is known to matter. Lifecycle records count only when journald
-says PID 1 wrote them (`_PID=1` is a trusted field: no process can forge it), so a line
-"Scheduled restart job" on a service's stdout, or a forged MESSAGE_ID sent through the
-native protocol, moves nothing.
+libsystemd does the filtering: the reader matches the watched units' names (`_SYSTEMD_UNIT=`),
+PID 1's records (its records about them, and its start records of every unit: how a unit that
+matches a glob is found when it first starts), kernel lines and core dumps, so a noisy
+neighbour's entries never reach Python. Entries are read in batches by the C batch reader
+(sources/fastread.c) or, where it cannot be built, by `python_batch` (systemd-python's raw `_get`,
+without its converters, which cost 4-5x: see the journal read limits); both follow one contract
+and one definition of a line (`line_of`, `message_text`). Lifecycle records count only when
+journald says PID 1 wrote them (`_PID=1` is a trusted field: no process can forge it), so a line
+"Scheduled restart job" on a service's stdout, or a forged MESSAGE_ID sent through the native
+protocol, moves nothing.
 """
 
 from __future__ import annotations
 
 import ctypes
+import errno
 import fnmatch
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from systemd import journal
 
 from crashdoc.events import GpuEvent, Lifecycle, LifecycleRecord, LogLine, WatchRule
+from crashdoc.sources.cursor import entries_between
 from crashdoc.sources.lifecycle import (
     COREDUMP_MESSAGE_ID,
     MESSAGE_IDS,
@@ -38,16 +44,93 @@ if TYPE_CHECKING:
 
 MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
 MAX_GPU_EVENTS = 10_000  # kernel GPU events kept until drained (a storm of Xid 13 must not grow without bound)
-TRIM_CHECK_EVERY = 2_000  # entries stepped between two looks at how many file pages are mapped
-# release the journal pages once this many bytes of file pages were mapped since (8 MB: catch-up peak ~72 MB)
+TRIM_CHECK_EVERY = 500  # entries read between two looks at how many file pages are mapped (a batch of the C reader)
+# (500, not 2000: where the watched units are a tenth of the journal, 2000 entries read span ten times as many
+# pages, and the peak while catching up went from 8 to 15 MB above the rest)
+# release the journal pages once this many bytes of file pages were mapped since (2 MB: a 2M-entry catch-up
+# took 27% more CPU for the same peak)
 TRIM_ABOVE = 4 << 20
 # `diagnose` (read once, then exit): 16x looser (64 MB), since each release costs the page faults of
 # touching the current windows again, and clean shared file pages are cheap in a short-lived process
 TRIM_ONCE_FACTOR = 16
+BACKFILL_LIMIT = 5_000  # entries of a newly found unit read back from before it was found (see _found)
 _MADV_DONTNEED = 4
 _PAGE = os.sysconf("SC_PAGE_SIZE")
 _INIT_SCOPE = b"init.scope"
-_STOP_BATCH = (_INIT_SCOPE, b"systemd-coredump@")  # the batch reader leaves these entries to read()
+_STOP_BATCH = (_INIT_SCOPE, b"systemd-coredump@")  # the batch readers leave these entries to read()
+LIMIT, AT_END, STOPPED = 0, 1, 2  # a batch reader's status (or -errno), as fastread.c returns it
+
+
+def message_text(raw: bytes) -> str:
+    """A MESSAGE as crashdoc keeps it: cut to MAX_MESSAGE_CHARS bytes, decoded (bytes that are not
+    UTF-8 replaced), made terminal-safe when it holds anything a terminal would obey. fastread.c
+    keeps plain printable ASCII as it is (what this returns for it) and calls this for the rest."""
+    text = raw[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
+    return text if text.isprintable() else terminal_safe(text)
+
+
+def line_of(template: LogLine, text: str, timestamp: float) -> LogLine:
+    """A line of a known process: what is fixed per process comes from its template (unit, PID, run;
+    `JournalSource._template`), the text and time from the entry. The one definition of a journal
+    line: both batch readers call it for every line, fastread.c included."""
+    return LogLine(template.unit, template.pid, text, timestamp, template.invocation)
+
+
+Batch = tuple[list[LogLine], int, int, int]  # lines, status, entries stepped, damaged entries
+
+
+def python_batch(
+    reader: Any,
+    limit: int,
+    stop: tuple[bytes, ...],
+    processes: dict[tuple[bytes, bytes], LogLine],
+    max_bytes: int,
+    make_line: Callable[[LogLine, str, float], LogLine],
+    text_of: Callable[[bytes], str],
+) -> Batch:
+    """fastread.c's `crashdoc_read_batch` with systemd-python, step for step (the reference; a test
+    reads one journal with both): up to `limit` entries; the lines of the processes in `processes`;
+    stops (STOPPED) on an entry without _SYSTEMD_UNIT, of a unit that starts with one of `stop`, or
+    of a process not seen yet, with the reader on it; an entry without MESSAGE or _PID is stepped
+    over, a damaged one counted."""
+    nxt, get, realtime = reader._next, reader._get, reader._get_realtime
+    lines: list[LogLine] = []
+    append = lines.append
+    stepped = errors = 0
+    while stepped < limit:
+        try:
+            if not nxt():
+                return lines, AT_END, stepped, errors
+        except OSError as exc:
+            return lines, -(exc.errno or errno.EIO), stepped, errors
+        stepped += 1
+        try:
+            unit = get("_SYSTEMD_UNIT")
+        except KeyError:
+            return lines, STOPPED, stepped, errors
+        except OSError:
+            errors += 1
+            continue
+        if unit.startswith(stop):
+            return lines, STOPPED, stepped, errors
+        try:
+            pid = get("_PID")
+            message = get("MESSAGE")
+        except KeyError:
+            continue
+        except OSError:
+            errors += 1
+            continue
+        template = processes.get((unit, pid))
+        if template is None:
+            return lines, STOPPED, stepped, errors
+        try:
+            usec = realtime()
+        except OSError:
+            errors += 1
+            continue
+        append(make_line(template, text_of(message[:max_bytes]), usec / 1e6))
+    return lines, LIMIT, stepped, errors
 
 
 @dataclass(slots=True)
@@ -77,12 +160,13 @@ class UnitFilter:
 
 @dataclass(slots=True)
 class ReadStats:
-    entries: int = 0  # entries stepped over
+    entries: int = 0  # entries read (the reader's matches let only what crashdoc reads through)
     lines: int = 0  # lines of watched units returned
     lifecycle: int = 0
     errors: int = 0  # entries that could not be read (corruption, I/O)
+    gone: int = 0  # entries gone before they could be read (rotated away and vacuumed)
     last_error: str = ""
-    last_timestamp: float = 0.0  # realtime of the newest entry read
+    last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
 Event = LogLine | LifecycleRecord
@@ -100,9 +184,9 @@ class JournalSource:
         once: bool = False,
         build_dir: Path | None = None,
     ) -> None:
-        """`once`: read to the end one time (`diagnose`), not followed: unwatched units are skipped
-        by libsystemd, as they always are for journal files given by name. `build_dir`: with `once`,
-        read with the C batch reader (sources/fastread.c) built there, when it can be."""
+        """`once`: read to the end one time (`diagnose`), not followed. `build_dir`: where the C batch
+        reader (sources/fastread.c) is built and kept; None, or where it cannot be built, reads with
+        systemd-python (`fast_reader` says why)."""
         self.units = units
         self._directory = directory if not files else None
         self._files = list(files or ())
@@ -122,40 +206,138 @@ class JournalSource:
         self.cursor_gone = False  # seek_cursor(): the saved entry is gone, reading resumed after it
         self._cursor: str | None = None
         self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
-        # (unit, pid) -> (unit, pid, invocation id, command line), decoded on the process's first line
-        self._invocations: dict[tuple[bytes, bytes], tuple[str, int, str, str]] = {}
-        if files or once:
-            self._restrict_to_watched()
+        # (unit, pid) -> the template of the process's lines (unit, PID, run), made on its first line
+        self._processes: dict[tuple[bytes, bytes], LogLine] = {}
+        self._names: set[bytes] = set()  # the watched units' names the reader matches
+        self._invalidated = False  # journal files were added or removed since the last read
+        self._gone_taken = 0
         # the NVIDIA driver's kernel lines (Xid, SXid, fallen off the bus), read when asked (`read_gpu_events`)
         self._gpu_lines: KernelGpuReader | None = None
         self.gpu_events: list[GpuEvent] = []
         self._batch: BatchReader | None = None
-        if once and build_dir is not None:
+        self.fast_reader = "not asked for (no folder to build it in)"  # "" when the C reader reads
+        if build_dir is not None:
             from crashdoc.sources.fastread import batch_reader
 
-            self._batch = batch_reader(self.reader, build_dir)
+            self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
+        self._names |= self._journal_names()
+        self._match()
+        release_journal_pages()  # looking the names up mapped a window of every file
+        self._mapped_after_release = _mapped_bytes()
 
-    def _restrict_to_watched(self) -> None:
-        """Journal files given by name (copies) or read once: let libsystemd skip unwatched units.
+    # --- what the reader lets through ------------------------------------------------------
 
-        A match walks only the matching entries, so an unwatched entry (half of a busy GPU
-        host's journal) costs nothing instead of a `_next()` and a `_get("_SYSTEMD_UNIT")`. The
-        terms cover everything `read()` can return: the watched units' lines, PID 1's records
-        (init.scope), kernel lines (OOM kills) and core dump records; `read()` checks each entry
-        as before. Not for a followed journal (the daemon): its units may not exist yet.
-        """
+    def _role(self, unit_raw: bytes) -> str | None:
+        try:
+            return self._roles[unit_raw]
+        except KeyError:
+            if len(self._roles) > 10_000:
+                self._roles.clear()
+            role = self._roles[unit_raw] = self.units.role_of(unit_raw.decode("utf-8", "replace"))
+            return role
+
+    def _journal_names(self) -> set[bytes]:
+        """The watched units' names the journal holds: the values of _SYSTEMD_UNIT (units that wrote)
+        and UNIT (units PID 1 wrote about: one that failed before printing anything)."""
+        names: set[bytes] = set()
+        for name in ("_SYSTEMD_UNIT", "UNIT"):
+            try:
+                values = journal._Reader.query_unique(self.reader, name)
+            except OSError:
+                continue
+            names.update(v for v in values if self._role(v) is not None)
+        return names
+
+    def _match(self) -> None:
+        """Let libsystemd skip everything crashdoc does not read: a match walks only the matching
+        entries (through each value's entry arrays), so an unwatched entry (half of a busy GPU host's
+        journal, or nine tenths) costs nothing instead of a `_next()` and a look at its unit.
+
+        The terms: the watched units' entries; PID 1's (`init.scope`: its records about the watched
+        units, and the start records that name a unit new to the journal, see `_found`); kernel lines
+        (OOM kills, GPU faults); core dumps. Each value costs every step of the walk (~0.1 us per
+        entry read): `_PID=1` with `UNIT=` of each unit and two MESSAGE_IDs for the start records
+        walked at 1.8 us per entry where these terms walk at 1.0 (bench/README.md), and PID 1 writes
+        little beside its records about units. `read()` checks each entry as before."""
+        r = self.reader
+        add = journal._Reader.add_match
+        r.flush_matches()
+        for name in (*sorted(self._names), _INIT_SCOPE):
+            add(r, b"_SYSTEMD_UNIT=" + name)
+        r.add_disjunction()
+        add(r, b"_TRANSPORT=kernel")
+        r.add_disjunction()
+        add(r, b"MESSAGE_ID=" + COREDUMP_MESSAGE_ID.encode())
+
+    def _rematch(self) -> None:
+        """New matches, the reader staying where it is: the entry it is on (if any) stays the current
+        one, so the next read goes on after it (changing the matches forgets the current entry)."""
         r = self.reader
         try:
-            names = journal._Reader.query_unique(r, "_SYSTEMD_UNIT")
+            here = r._get_cursor()
         except OSError:
+            here = None
+        self._match()
+        if here is None:
             return
-        watched = sorted(n for n in names if self.units.role_of(n.decode("utf-8", "replace")) is not None)
-        for name in (*watched, _INIT_SCOPE):
-            journal._Reader.add_match(r, b"_SYSTEMD_UNIT=" + name)
-        r.add_disjunction()
-        r.add_match("_TRANSPORT=kernel")
-        r.add_disjunction()
-        r.add_match("MESSAGE_ID=" + COREDUMP_MESSAGE_ID)
+        try:
+            r.seek_cursor(here)
+            if r._next() and not r.test_cursor(here):  # it does not match any more: read the next one
+                r.seek_cursor(r._get_cursor())
+        except OSError:
+            pass
+
+    def watch_units(self, names: Iterable[str]) -> None:
+        """Units D-Bus names (loaded, or new): matched from now on, before they write anything."""
+        raw = {n.encode() for n in names} - self._names
+        raw = {n for n in raw if self._role(n) is not None}
+        if raw:
+            self._names |= raw
+            self._rematch()
+
+    def _found(self, unit_raw: bytes) -> list[Event]:
+        """PID 1 named a watched unit the reader does not match yet (a unit new to the journal that
+        matches a glob): match it from here on, and read back its entries written before this one
+        (a process may print before PID 1's start record reaches the journal)."""
+        self._names.add(unit_raw)
+        self._rematch()
+        try:
+            here = self.reader._get_cursor()
+        except OSError:
+            return []
+        side = self._side_reader()
+        if side is None:
+            return []
+        out: list[Event] = []
+        try:
+            side.add_match(b"_SYSTEMD_UNIT=" + unit_raw)
+            side.seek_cursor(here)
+            back = 0
+            while back < BACKFILL_LIMIT and side._previous():
+                back += 1
+            for i in range(back):  # forward again from the oldest, which is the current entry
+                if i and not side._next():
+                    break
+                event = self._other_entry(side._get, side._get_realtime)
+                if event is not None:
+                    out.append(event)
+        except OSError:
+            pass
+        finally:
+            side.close()
+        return out
+
+    def _side_reader(self) -> Any:
+        """A second reader of the same journal, without matches (the position of the first stays)."""
+        try:
+            if self._files:
+                reader = journal.Reader(files=self._files)
+            else:
+                reader = journal.Reader(path=self._directory) if self._directory else journal.Reader()
+        except OSError:
+            return None
+        reader.data_threshold = self.reader.data_threshold
+        return reader
 
     def read_gpu_events(self) -> None:
         """Also collect the kernel's GPU fault lines into `gpu_events` (the caller drains it; at most
@@ -185,29 +367,55 @@ class JournalSource:
 
         When its entry is gone (rotated away and vacuumed while crashdoc was down, or a volatile
         journal after a reboot), libsystemd places the reader by the cursor's sequence number or
-        time, and reading goes on with the oldest entry after it: `cursor_gone` says so. Jumping
-        to the end instead would lose every entry written since, and the saved state with them.
+        time, and reading goes on with the oldest entry after it: `cursor_gone` says so, and the
+        entries lost in between count in `stats.gone`. Jumping to the end instead would lose every
+        entry written since, and the saved state with them.
         """
         self.cursor_gone = False
+        r = self.reader
         try:
-            self.reader.seek_cursor(cursor)
-            landed = self.reader._next()
+            r.seek_cursor(cursor)
+            landed = r._next()
         except (OSError, ValueError):
             return False
         self._cursor = cursor
-        if not landed:  # nothing at or after it: its entry is gone, read() waits for the next one
-            self.cursor_gone = True
-            return True
+        release_journal_pages()  # placing the reader touched a window of every file
+        self._mapped_after_release = _mapped_bytes()
+        gone = self._gone_after(cursor)  # asked without matches: the entry may exist and not match
+        self.cursor_gone = gone is not None
+        self.stats.gone += gone or 0
         try:
-            found = bool(self.reader.test_cursor(cursor))
-            if not found:
-                # we sit on the oldest entry after the gone one: place the reader so that read() returns
-                # it (a step back is not enough when that entry is the journal's first: nothing before)
-                self.reader.seek_cursor(self.reader._get_cursor())
+            if landed and not r.test_cursor(cursor):
+                # on the first matching entry after it: place the reader so that read() returns it (a step
+                # back is not enough when that entry is the journal's first: nothing before)
+                r.seek_cursor(r._get_cursor())
         except OSError:
-            found = False
-        self.cursor_gone = not found
+            pass
         return True
+
+    def _gone_after(self, cursor: str) -> int | None:
+        """None when the entry at `cursor` exists; else how many entries after it are gone (0: unknown),
+        from the sequence number of the oldest entry after it, read without matches."""
+        side = self._side_reader()
+        if side is None:
+            return None
+        try:
+            side.seek_cursor(cursor)
+            if not side._next():
+                return 0  # nothing at or after it: gone, and nothing to count against
+            if side.test_cursor(cursor):
+                return None
+            between = entries_between(cursor, side._get_cursor())
+            return max(0, between - 1) if between is not None else 0
+        except (OSError, ValueError):
+            return None
+        finally:
+            side.close()
+
+    def take_gone(self) -> int:
+        """Entries found gone (`stats.gone`) since the last call: what to report."""
+        new, self._gone_taken = self.stats.gone - self._gone_taken, self.stats.gone
+        return new
 
     @property
     def cursor(self) -> str | None:
@@ -219,143 +427,45 @@ class JournalSource:
     def read(self, limit: int = 5000) -> list[Event]:
         """Up to `limit` entries' worth of events; an empty list when caught up.
 
-        The hot path of the daemon and of `diagnose`: a watched unit's line is read inline (two
-        `_get`s, the realtime clock, one decode), and what is fixed per process (unit name,
-        PID, invocation) is decoded once, on its first line, and remembered.
-        """
-        if self._batch is not None:
-            return self._read_batches(limit)
+        The hot path of the daemon and of `diagnose`. A batch reader returns the lines of processes
+        already seen (their template is in `_processes`) and stops on every other entry (a process's
+        first line, PID 1's records, core dumps, kernel lines): those are read here, with their own
+        rules, and the batch goes on after them."""
+        if self._invalidated:
+            self._invalidated = False
+            self._count_vacuumed()
+        batch = self._batch or python_batch
         r = self.reader
-        get = r._get
-        nxt = r._next
-        realtime = r._get_realtime
-        roles = self._roles
-        processes = self._invocations
-        events: list[Event] = []
-        append = events.append
-        stepped = 0
-        lines = 0
-        stats = self.stats
-        self.at_end = False
-        check = TRIM_CHECK_EVERY
-        while stepped < limit:
-            if stepped >= check:
-                check += TRIM_CHECK_EVERY
-                self._bound_mapped_pages()
-            try:
-                if not nxt():
-                    self.at_end = True
-                    break
-            except OSError as exc:
-                stats.errors += 1
-                stats.last_error = f"journal read failed: {exc}"
-                self.at_end = True  # do not spin on a broken file: try again on the next wake-up
-                break
-            stepped += 1
-            try:
-                unit_raw = get("_SYSTEMD_UNIT")
-            except KeyError:
-                # kernel lines have no unit; the OOM killer's names the victim's cgroup
-                try:
-                    event = self._kernel_record(get, realtime)
-                except OSError:
-                    event = None
-                if event is not None:
-                    append(event)
-                continue
-            except OSError as exc:
-                stats.errors += 1
-                stats.last_error = f"unreadable entry: {exc}"
-                continue
-            try:
-                role = roles[unit_raw]
-            except KeyError:
-                role = roles[unit_raw] = self.units.role_of(unit_raw.decode("utf-8", "replace"))
-                if len(roles) > 10_000:
-                    roles.clear()
-            try:
-                if role is not None:
-                    try:
-                        message = get("MESSAGE")
-                        pid_raw = get("_PID")
-                    except KeyError:
-                        continue
-                    process = processes.get((unit_raw, pid_raw))
-                    if process is None:  # a process's first line: who is it, which run is it part of
-                        process = self._first_line(get, unit_raw, pid_raw)
-                        cmdline = process[3]
-                    else:
-                        cmdline = ""
-                    text = (
-                        message.decode("utf-8", "replace")
-                        if len(message) <= MAX_MESSAGE_CHARS
-                        else message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
-                    )
-                    if not text.isprintable():
-                        text = terminal_safe(text)
-                    lines += 1
-                    append(LogLine(process[0], process[1], text, realtime() / 1e6, process[2], cmdline))
-                    continue
-                if unit_raw == _INIT_SCOPE:
-                    event = self._pid1_record(get, realtime)
-                elif unit_raw.startswith(b"systemd-coredump@"):
-                    event = self._coredump_record(get, realtime)
-                else:
-                    continue
-            except OSError as exc:
-                stats.errors += 1
-                stats.last_error = f"unreadable entry: {exc}"
-                continue
-            if event is not None:
-                append(event)
-        stats.lines += lines
-        if stepped:
-            stats.entries += stepped
-            self._bound_mapped_pages()
-            try:
-                self._cursor = r._get_cursor()
-                stats.last_timestamp = realtime() / 1e6
-            except OSError:
-                pass
-        return events
-
-    def _read_batches(self, limit: int) -> list[Event]:
-        """`read()` through the C batch reader: the same events, from what fastread.c returns.
-
-        It returns the lines of processes already seen (their unit, PID and run are in
-        `_invocations`) and stops on every other entry (a process's first line, PID 1's records,
-        core dumps, kernel lines): those are read here, with `read()`'s rules, and the batch goes
-        on after them."""
-        from crashdoc.sources.fastread import AT_END, STOPPED
-
-        assert self._batch is not None
-        batch = self._batch
-        r = self.reader
-        processes = self._invocations
+        processes = self._processes
         stats = self.stats
         events: list[Event] = []
-        append = events.append
         stepped = lines = 0
         self.at_end = False
         while stepped < limit:
-            entries, status, errors = batch(
-                r, min(TRIM_CHECK_EVERY, limit - stepped), _STOP_BATCH, processes, MAX_MESSAGE_CHARS
+            entries, status, n, errors = batch(
+                r,
+                min(TRIM_CHECK_EVERY, limit - stepped),
+                _STOP_BATCH,
+                processes,
+                MAX_MESSAGE_CHARS,
+                line_of,
+                message_text,
             )
-            stepped += len(entries) + errors + (status == STOPPED)
+            stepped += n
             if errors:
                 stats.errors += errors
                 stats.last_error = "unreadable entry"
-            events += entries  # LogLines, built and made terminal-safe in C
+            events += entries
             lines += len(entries)
-            if status == STOPPED:  # the reader sits on an entry to read the slow way
+            if status == STOPPED:  # the reader sits on an entry to read with its own rules
                 try:
-                    event = self._other_entry(r._get, r._get_realtime)
+                    event = self._other_entry(r._get, r._get_realtime, events)
                 except OSError as exc:
                     stats.errors += 1
                     stats.last_error = f"unreadable entry: {exc}"
                     event = None
                 if event is not None:
-                    append(event)
+                    events.append(event)
             elif status == AT_END:
                 self.at_end = True
                 break
@@ -374,47 +484,56 @@ class JournalSource:
                 stats.last_timestamp = r._get_realtime() / 1e6
             except OSError:
                 pass
+        if self.at_end:  # everything written was passed, what the matches skipped included
+            stats.last_timestamp = max(stats.last_timestamp, self.newest_timestamp() or 0.0)
         return events
 
-    def _other_entry(self, get, realtime) -> Event | None:
-        """An entry the batch reader left alone (no unit, PID 1, a core dump), as `read()` handles it."""
+    def _count_vacuumed(self) -> None:
+        """Journal files went away (a vacuum) while reading was behind: count the entries after the
+        position that went with them. Caught up, the reader had passed everything the files held
+        (give or take the last milliseconds' entries, which a vacuum of archived files cannot hold)."""
+        if self.at_end or self._cursor is None:
+            return
+        self.stats.gone += self._gone_after(self._cursor) or 0
+
+    def _other_entry(self, get, realtime, events: list[Event] | None = None) -> Event | None:
+        """An entry the batch readers leave alone (no unit, PID 1, a core dump, a process's first line),
+        read with its own rules. `events`: where a newly found unit's earlier entries go (`_found`)."""
         try:
             unit_raw = get("_SYSTEMD_UNIT")
         except KeyError:
+            # kernel lines have no unit; the OOM killer's names the victim's cgroup
             return self._kernel_record(get, realtime)
-        try:
-            role = self._roles[unit_raw]
-        except KeyError:
-            role = self._roles[unit_raw] = self.units.role_of(unit_raw.decode("utf-8", "replace"))
-        if role is not None:
-            return self._line(get, realtime, unit_raw)
+        if self._role(unit_raw) is not None:
+            return self._first_line(get, realtime, unit_raw)
         if unit_raw == _INIT_SCOPE:
-            return self._pid1_record(get, realtime)
+            record = self._pid1_record(get, realtime)
+            if events is not None and get("_PID") == b"1":
+                named = _optional_raw(get, "UNIT")
+                if named is not None and named not in self._names and self._role(named) is not None:
+                    events += self._found(named)
+            return record
         if unit_raw.startswith(b"systemd-coredump@"):
             return self._coredump_record(get, realtime)
         return None
 
-    def _line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
-        """One line of a watched unit, read outside `read()`'s loop (which inlines the same steps)."""
+    def _first_line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
+        """A line the batch readers stopped on: its process is new (its template is made and kept, and
+        this line carries its command line), or it is read outside `read()` (`run_so_far`)."""
         try:
             message = get("MESSAGE")
             pid_raw = get("_PID")
         except KeyError:
             return None
-        process = self._invocations.get((unit_raw, pid_raw))
+        template = self._processes.get((unit_raw, pid_raw))
         cmdline = ""
-        if process is None:
-            process = self._first_line(get, unit_raw, pid_raw)
-            cmdline = process[3]
-        text = (
-            message.decode("utf-8", "replace")
-            if len(message) <= MAX_MESSAGE_CHARS
-            else message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
-        )
-        if not text.isprintable():
-            text = terminal_safe(text)
+        if template is None:
+            template = self._template(get, unit_raw, pid_raw)
+            cmdline = _optional(get, "_CMDLINE") or ""
+        line = line_of(template, message_text(message[:MAX_MESSAGE_CHARS]), realtime() / 1e6)
+        line.cmdline = cmdline
         self.stats.lines += 1
-        return LogLine(process[0], process[1], text, realtime() / 1e6, process[2], cmdline)
+        return line
 
     def _bound_mapped_pages(self) -> None:
         """Keep the journal pages mapped into this process under TRIM_ABOVE more than after the last
@@ -425,19 +544,18 @@ class JournalSource:
             release_journal_pages()
             self._mapped_after_release = _mapped_bytes()
 
-    def _first_line(self, get, unit_raw: bytes, pid_raw: bytes) -> tuple[str, int, str, str]:
-        """(unit, pid, invocation, command line) of a process seen for the first time; remembered."""
+    def _template(self, get, unit_raw: bytes, pid_raw: bytes) -> LogLine:
+        """What every line of a process seen for the first time shares (unit, PID, run); remembered."""
         try:
             invocation = get("_SYSTEMD_INVOCATION_ID").decode("ascii", "replace")
         except KeyError:
             invocation = ""
-        cmdline = _optional(get, "_CMDLINE") or ""
         pid = int(pid_raw) if pid_raw.isdigit() else 0  # a journal file from elsewhere may hold anything
-        process = (unit_raw.decode("utf-8", "replace"), pid, invocation, cmdline)
-        if len(self._invocations) > 50_000:
-            self._invocations.clear()
-        self._invocations[(unit_raw, pid_raw)] = process
-        return process
+        template = LogLine(unit_raw.decode("utf-8", "replace"), pid, "", 0.0, invocation)
+        if len(self._processes) > 50_000:
+            self._processes.clear()
+        self._processes[(unit_raw, pid_raw)] = template
+        return template
 
     def _pid1_record(self, get, realtime) -> LifecycleRecord | None:
         if get("_PID") != b"1":
@@ -518,29 +636,30 @@ class JournalSource:
     def _forget_pids(self, unit: str) -> None:
         """A unit started or stopped: its PIDs may be reused by the next run."""
         raw = unit.encode()
-        for key in [k for k in self._invocations if k[0] == raw]:
-            del self._invocations[key]
+        for key in [k for k in self._processes if k[0] == raw]:
+            del self._processes[key]
 
     def run_so_far(self, unit: str, invocation: str, limit: int = 20_000) -> list[LogLine]:
         """The lines a run in progress wrote before crashdoc started (its "ready" line, its
         server_args), read with a separate reader so the main position does not move."""
         lines: list[LogLine] = []
-        try:
-            reader = journal.Reader(path=self._directory) if self._directory else journal.Reader()
-        except OSError:
+        reader = self._side_reader()
+        if reader is None:
             return lines
+        unit_raw = unit.encode()
         try:
             reader.add_match(_SYSTEMD_INVOCATION_ID=invocation)
+            journal._Reader.add_match(reader, b"_SYSTEMD_UNIT=" + unit_raw)
             reader.seek_head()
-            get = reader._get
-            unit_raw = unit.encode()
-            while len(lines) < limit and reader._next():
-                try:
-                    if get("_SYSTEMD_UNIT") != unit_raw:
-                        continue
-                    line = self._line(get, reader._get_realtime, unit_raw)
-                except (KeyError, OSError):
-                    continue
+            batch = self._batch or python_batch
+            while len(lines) < limit:
+                found, status, _, _ = batch(
+                    reader, limit - len(lines), (), self._processes, MAX_MESSAGE_CHARS, line_of, message_text
+                )
+                lines += found
+                if status != STOPPED:
+                    break
+                line = self._first_line(reader._get, reader._get_realtime, unit_raw)
                 if line is not None:
                     lines.append(line)
         except OSError:
@@ -550,26 +669,15 @@ class JournalSource:
         return lines
 
     def newest_timestamp(self, oldest: bool = False) -> float | None:
-        """Realtime of the newest entry in the journal (`oldest`: of the oldest), from a separate reader
-        (the position stays): how far reading is behind what was written (crashdoc_journal_lag_seconds),
-        and where a long read is between the two ends (diagnose's progress)."""
+        """Realtime of the newest entry in the journal (`oldest`: of the oldest), whatever the matches, from
+        the files' headers (the position stays; a second reader over a 12-file journal cost 25 ms, and the
+        daemon asks every second while behind): how far reading is behind what was written
+        (crashdoc_journal_lag_seconds), and where a long read is between the two ends (diagnose's progress)."""
         try:
-            if self._files:
-                reader = journal.Reader(files=self._files)
-            else:
-                reader = journal.Reader(path=self._directory) if self._directory else journal.Reader()
+            usec = self.reader._get_start() if oldest else self.reader._get_end()
         except OSError:
             return None
-        try:
-            if oldest:
-                reader.seek_head()
-                return reader._get_realtime() / 1e6 if reader._next() else None
-            reader.seek_tail()
-            return reader._get_realtime() / 1e6 if reader._previous() else None
-        except OSError:
-            return None
-        finally:
-            reader.close()
+        return usec / 1e6 if usec else None
 
     # --- waiting -------------------------------------------------------------------------
 
@@ -578,17 +686,24 @@ class JournalSource:
 
     def process(self) -> int:
         """Acknowledge an inotify wake-up (rotation, new files, appends)."""
-        return self.reader.process()
+        change = self.reader.process()
+        if change == journal.INVALIDATE:  # files added or removed: a vacuum may have taken unread entries
+            self._invalidated = True
+        return change
 
     def close(self) -> None:
         self.reader.close()
 
     def rewatch(self, rules: Sequence[WatchRule]) -> None:
-        """The configuration changed which units are watched (SIGHUP): decide every unit again. The filter
+        """The configuration changed which units are watched (SIGHUP): decide every unit again, and match
+        the units the journal holds that the rules now watch (their lines count from here on). The filter
         is shared with the engine and the D-Bus watcher, so it changes in place."""
         self.units.rules = tuple(rules)
         self.units._cache.clear()
         self._roles.clear()
+        self._processes.clear()  # a process of a unit no longer watched must not be read on
+        self._names = self._journal_names()
+        self._rematch()
 
 
 def unreadable_journal_files(directory: str | None = None, files: Sequence[str] = ()) -> list[tuple[str, int | None]]:
@@ -646,6 +761,13 @@ def _optional(get, name: str) -> str | None:
         return None
 
 
+def _optional_raw(get, name: str) -> bytes | None:
+    try:
+        return get(name)
+    except KeyError:
+        return None
+
+
 def release_journal_pages() -> int:
     """Unmap the journal pages this process has read (they stay in the page cache).
 
@@ -662,15 +784,18 @@ def release_journal_pages() -> int:
         return 0
     released = 0
     try:
-        with open("/proc/self/maps", encoding="utf-8", errors="replace") as maps:
-            for line in maps:
-                parts = line.split(None, 5)
-                if len(parts) < 6 or parts[1] != "r--s" or not parts[5].rstrip().endswith((".journal", ".journal~")):
-                    continue
-                start, _, end = parts[0].partition("-")
-                begin, length = int(start, 16), int(end, 16) - int(start, 16)
-                if libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(length), _MADV_DONTNEED) == 0:
-                    released += length
+        with open("/proc/self/maps", "rb") as maps:
+            text = maps.read()
+        for line in text.splitlines():
+            if not line.endswith((b".journal", b".journal~")):  # most lines: decided without splitting them
+                continue
+            parts = line.split(None, 5)
+            if len(parts) < 6 or parts[1] != b"r--s":
+                continue
+            start, _, end = parts[0].partition(b"-")
+            begin, length = int(start, 16), int(end, 16) - int(start, 16)
+            if libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(length), _MADV_DONTNEED) == 0:
+                released += length
     except (OSError, ValueError):
         return released
     return released

@@ -402,3 +402,9 @@ def not_text(data: bytes, path: str) -> str | None:
     if odd > len(text) // 10:
         return "binary data, not a text log"
     return None
+
+
+def only_notes(text: str) -> bool:
+    """True when a paste holds no log line: nothing but blank lines and journalctl's own notes (`-- No entries
+    --`, `-- Boot ... --`), which is what `journalctl -u UNIT` prints for a query that matched nothing."""
+    return all(not line.strip() or _JOURNAL_NOTE.match(line.strip()) for line in text.splitlines())

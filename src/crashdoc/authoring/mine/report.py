@@ -16,7 +16,7 @@ from crashdoc.authoring.mine.base import DEFINITION, PACKAGE
 from crashdoc.authoring.mine.candidates import Candidate, CandidateDumper, candidate_entry, make_candidate
 from crashdoc.authoring.mine.source import Failure, Statement
 from crashdoc.authoring.mine.tree import locate, mine_tree
-from crashdoc.authoring.selftest import diagnose_example
+from crashdoc.diagnosis.examples import diagnose_example
 from crashdoc.matching.library import Example, Library
 from crashdoc.matching.matcher import Matcher
 

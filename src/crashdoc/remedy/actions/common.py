@@ -8,7 +8,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from crashdoc.diagnosis.rootcause import Finding
-from crashdoc.diagnosis.run import Run
+from crashdoc.diagnosis.views import RunView
 from crashdoc.events import FlagChange, Frame, Marker, Traceback
 
 _TP_RANK = re.compile(r"\bTP(\d+)\b")
@@ -40,7 +40,7 @@ class Inputs:
 
     finding: Finding
     flags: Mapping[str, str]
-    run: Run | None
+    run: RunView | None
     peers: tuple[tuple[str, Mapping[str, str]], ...] = ()  # the other watched units and their flags
     unit: str = ""
     release: str = ""  # the SGLang release the unit runs ("" when unknown): pins hold per release

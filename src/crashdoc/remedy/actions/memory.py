@@ -16,6 +16,7 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
+from crashdoc.assembly.memory_lines import USAGE, avail_mem, kv_allocated
 from crashdoc.events import FlagChange, Marker
 from crashdoc.remedy.actions.common import Action, Inputs, as_float, as_int
 
@@ -34,9 +35,6 @@ _OOM_OLD = re.compile(
     rf"Tried to allocate {_SIZE} \(GPU (\d+); {_SIZE} total capacity; {_SIZE} already allocated; {_SIZE} free"
 )
 _OTHER_PROCESS = re.compile(r"Process (\d+) has ([0-9.]+ [KMGT]iB) memory in use")
-_AVAIL = re.compile(r"avail mem=([0-9.]+) GB")
-_WEIGHTS = re.compile(r"mem usage=([0-9.]+) GB")
-_KV = re.compile(r"#tokens: (\d+), (?:K size: ([0-9.]+) GB, V size: ([0-9.]+) GB|KV size: ([0-9.]+) GB)")
 
 # SGLang's decode-graph default max batch size by GPU memory (srt/arg_groups/memory_hook.py,
 # handle_gpu_memory_settings): (below MiB, max_bs when tp < 4, max_bs when tp >= 4)
@@ -131,19 +129,17 @@ _MEMORY_KINDS = ("loading", "weights-loaded", "kv-cache", "pool-end", "graph-beg
 
 
 def _absorb(mem: RankMemory, m: Marker) -> None:
-    avail = _AVAIL.search(m.text)
-    value = float(avail.group(1)) if avail else None
+    value = avail_mem(m.text)
     if m.kind == "loading" and mem.before_weights is None:
         mem.before_weights = value
     elif m.kind == "weights-loaded" and mem.after_weights is None:
         mem.after_weights = value
-        used = _WEIGHTS.search(m.text)
-        mem.weights = float(used.group(1)) if used else None
+        used = USAGE.search(m.text)
+        mem.weights = float(used["used"]) if used else None
     elif m.kind == "kv-cache" and mem.kv_tokens is None:
-        kv = _KV.search(m.text)
+        kv = kv_allocated(m.text)
         if kv:
-            mem.kv_tokens = int(kv.group(1))
-            mem.kv_size = float(kv.group(4)) if kv.group(4) else float(kv.group(2)) + float(kv.group(3))
+            mem.kv_tokens, mem.kv_size = kv
     elif m.kind == "pool-end" and mem.after_pool is None:
         mem.after_pool = value
     elif m.kind == "graph-begin" and mem.before_graphs is None and "Capture" in m.text:

@@ -1,0 +1,177 @@
+"""The daemon's remedy stage, on threads of its own: the loop hands diagnoses in and reads back what is ready.
+
+The stage reads files (`apply`: milliseconds) and runs SGLang's checks in child processes (`check`: seconds;
+for a flag failure, the search for a fix SGLang accepts: candidates checked in parallel children, searched on,
+bounded in depth and time), so it never runs on the loop's thread nor under its lock: one thread applies
+fixes, another checks them (a slow check never holds up the next fix). Results are kept by what they depend
+on (the diagnosis's changes and target; for a check the command and changes, and for a search the unit and
+the failure), so the engine's diagnoses, made again at every request, find them; each new result wakes the
+loop, which publishes it, and a loop's finished check is handed to the loop once (`take_checked`) for its
+journal record.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+import time
+from collections import OrderedDict, deque
+from collections.abc import Callable, Iterable
+from dataclasses import replace
+from typing import Any
+
+from crashdoc.events import Diagnosis, Fix
+from crashdoc.remedy.stage import CheckKey, RemedyStage, check_key, with_verified
+
+PENDING = "verification pending: SGLang's argument checks are running"
+SEARCHING = "search pending: candidate fixes are being checked by SGLang's argument checks"
+KEEP = 256  # results kept (the oldest go first)
+
+
+def remedy_key(d: Diagnosis) -> tuple[Any, ...]:
+    """What `RemedyStage.apply` depends on (not the restart count or the evidence, which move on)."""
+    fix = d.fix
+    changes = tuple((c.action, c.flag, c.value, c.new_flag, c.placeholder) for c in fix.changes)
+    return (d.unit, changes, fix.summary, tuple(fix.warnings), d.target)
+
+
+class RemedyWorker:
+    def __init__(
+        self,
+        stage: RemedyStage,
+        *,
+        wake: Callable[[], None] = lambda: None,
+        on_checked: Callable[[str, str], None] = lambda unit, text: None,
+        size: int = KEEP,
+    ) -> None:
+        self.stage = stage
+        self.wake = wake  # tells the loop that something is ready
+        self._on_checked = on_checked
+        self._size = size
+        self._applied: OrderedDict[tuple[Any, ...], Fix] = OrderedDict()
+        self._checked: OrderedDict[CheckKey, Fix | str] = OrderedDict()  # a search's fix, a check's line, PENDING
+        self._finished: deque[Diagnosis] = deque(maxlen=size)  # checks done, for the loop's journal records
+        self._lock = threading.Lock()
+        self._done = threading.Condition(self._lock)
+        self._asked: set[tuple[Any, ...]] = set()
+        self._apply_queue: queue.Queue[tuple[Diagnosis, bool] | None] = queue.Queue()
+        self._check_queue: queue.Queue[tuple[CheckKey, Diagnosis] | None] = queue.Queue()
+        self._threads: list[threading.Thread] = []
+        self.changed = False  # a result came in since the loop last looked (set here, cleared by the loop)
+
+    def request(self, d: Diagnosis, *, check: bool = False) -> None:
+        """Apply the diagnosis's fix (and check it, `check`) on the worker threads, unless that is done or asked."""
+        if self._nothing_to_do(d):
+            return
+        key = remedy_key(d)
+        with self._lock:
+            check = check and self.stage.wants_check(d) and check_key(d) not in self._checked
+            if check:
+                self._checked[check_key(d)] = SEARCHING if self.stage.searches(d) else PENDING
+                _bound(self._checked, self._size)
+            elif key in self._asked or key in self._applied:
+                return
+            self._asked.add(key)
+            self._start()
+        self._apply_queue.put((d, check))
+
+    def ready(self, d: Diagnosis) -> bool:
+        """Whether the fix is applied (or there is nothing to apply)."""
+        with self._lock:
+            return self._nothing_to_do(d) or remedy_key(d) in self._applied
+
+    def published(self, d: Diagnosis) -> Diagnosis:
+        """The diagnosis with its fix as far as the stage got: applied, and what the check said (or that it runs);
+        a search's fix, once found, in place of the engine's."""
+        if self._nothing_to_do(d):
+            return d
+        with self._lock:
+            fix = self._applied.get(remedy_key(d))
+            checked = self._checked.get(check_key(d))
+        if isinstance(checked, Fix):
+            return replace(d, fix=checked)
+        shown = replace(d, fix=fix) if fix is not None else d
+        return with_verified(shown, checked) if checked is not None else shown
+
+    def take_checked(self) -> list[Diagnosis]:
+        """The checks finished since the last call (the loop writes each one's journal record)."""
+        with self._lock:
+            done = list(self._finished)
+            self._finished.clear()
+        return done
+
+    def publish(self, diagnoses: Iterable[Diagnosis], wait: float = 0.0) -> list[Diagnosis]:
+        """What to show for these diagnoses: each requested if new, waiting up to `wait` seconds for them."""
+        found = list(diagnoses)
+        for d in found:
+            self.request(d)
+        deadline = time.monotonic() + wait
+        with self._done:
+            while not all(self._nothing_to_do(d) or remedy_key(d) in self._applied for d in found):
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    break
+                self._done.wait(left)
+        return [self.published(d) for d in found]
+
+    def stop(self, wait: float | None = None) -> None:
+        """Finish what was asked (fixes first, then their checks), waiting up to `wait` seconds for each thread."""
+        self._apply_queue.put(None)
+        if self._threads:
+            self._threads[0].join(wait)
+        self._check_queue.put(None)
+        if self._threads:
+            self._threads[1].join(wait)
+
+    def _nothing_to_do(self, d: Diagnosis) -> bool:
+        return not self.stage.wants_check(d)
+
+    # --- the threads --------------------------------------------------------------------
+
+    def _start(self) -> None:
+        if not self._threads:
+            for target, name in ((self._apply_loop, "crashdoc-remedy"), (self._check_loop, "crashdoc-verify")):
+                thread = threading.Thread(target=target, name=name, daemon=True)
+                self._threads.append(thread)
+                thread.start()
+
+    def _apply_loop(self) -> None:
+        while (item := self._apply_queue.get()) is not None:
+            d, check = item
+            key, checking = remedy_key(d), check_key(d)  # the check is kept under the engine's diagnosis's key
+            try:
+                applied = self.stage.apply(d)
+            except Exception as exc:  # never let a fix take the daemon down: the diagnosis stays described
+                applied = replace(d, fix=replace(d.fix, warnings=[*d.fix.warnings, f"no fix applied: {exc!r}"]))
+            with self._done:
+                self._applied[key] = applied.fix
+                self._asked.discard(key)
+                _bound(self._applied, self._size)
+                self.changed = True
+                self._done.notify_all()
+            self.wake()
+            if check and self.stage.wants_check(applied):
+                self._check_queue.put((checking, applied))
+
+    def _check_loop(self) -> None:
+        while (item := self._check_queue.get()) is not None:
+            key, d = item
+            with self._lock:
+                if self._checked.get(key, PENDING) not in (PENDING, SEARCHING):
+                    continue  # checked already (the same command and changes for another diagnosis)
+            try:
+                done = self.stage.check(d)
+            except Exception as exc:  # never let a check take the daemon down
+                done = with_verified(d, f"not verified: {type(exc).__name__}: {exc}")
+            result: Fix | str = done.fix if self.stage.searches(d) else done.fix.verified or ""
+            with self._lock:
+                self._checked[key] = result
+                self._finished.append(done)
+                self.changed = True
+            self._on_checked(d.unit, done.fix.verified or "")
+            self.wake()
+
+
+def _bound(results: OrderedDict[Any, Any], size: int) -> None:
+    while len(results) > size:
+        results.popitem(last=False)
