@@ -129,10 +129,10 @@ class RemedyStage:
     def searched(self, d: Diagnosis, *, run: bool = True) -> Diagnosis:
         """The search on the unit's launch command (the run's command line; the one systemd reported when
         known), judged by the interpreter the unit's own files name (`judge`); the fix found applied again."""
-        from crashdoc.remedy.commandline import find_invocation
+        from crashdoc.remedy.commandline import find_launch_command
 
         assert d.target is not None
-        command = find_invocation(d.target.cmdline, self._read).invocation
+        command = find_launch_command(d.target.cmdline, self._read).command
         interpreter, why = self.judge(d.target) if run else (None, "not asked to (--no-verify)")
         found = self.fix_search.search(d, command, interpreter, unchecked=why)
         if found is d:
@@ -144,12 +144,12 @@ class RemedyStage:
     def judge(self, target: FixTarget) -> tuple[str | None, str]:
         """The interpreter whose SGLang checks the unit's fixes, or None and why not. Only systemd's ExecStart
         (D-Bus, root's configuration) and the files it runs name it, never a command line read from the journal."""
-        from crashdoc.remedy.commandline import find_invocation
+        from crashdoc.remedy.commandline import find_launch_command
         from crashdoc.remedy.verify import interpreter_of, unsafe_to_run
 
         if not target.exec_start:
             return None, "systemd did not report the unit's ExecStart here, and crashdoc runs no command from a log"
-        command = find_invocation(target.exec_start, self._read).invocation
+        command = find_launch_command(target.exec_start, self._read).command
         if command is None:
             return None, "crashdoc did not find SGLang's command in the unit"
         interpreter, why = interpreter_of(command, self._read)
@@ -235,10 +235,10 @@ def fix_safety(
     """The signature's safety check on the fix: the pool size from the run's start-up lines, the ranks and any
     numactl from the unit's command, the NUMA settings systemd reported, the memory from `root`, and what the
     unit's SGLang release does itself (auto-sizing)."""
-    from crashdoc.remedy.commandline import find_invocation
+    from crashdoc.remedy.commandline import find_launch_command
     from crashdoc.remedy.safety import safe_fix
 
-    inv = find_invocation(target.cmdline, read).invocation if target.cmdline else None
+    inv = find_launch_command(target.cmdline, read).command if target.cmdline else None
     return safe_fix(
         target.safety,
         changes,

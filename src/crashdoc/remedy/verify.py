@@ -31,7 +31,7 @@ from typing import Any
 
 from crashdoc.events import FlagChange
 from crashdoc.redact import redact
-from crashdoc.remedy.commandline import LaunchCommand, Reader, find_invocation, read_text_file
+from crashdoc.remedy.commandline import LaunchCommand, Reader, find_launch_command, read_text_file
 from crashdoc.remedy.rewrite import apply_changes, is_environment
 
 TIMEOUT = 90.0
@@ -629,8 +629,8 @@ def verify_fix(
             "not verified: systemd did not report the unit's ExecStart here (no D-Bus), and crashdoc runs no "
             "command line read from the journal",
         )
-    located = find_invocation(tuple(cmdline), read)
-    inv = located.invocation
+    located = find_launch_command(tuple(cmdline), read)
+    inv = located.command
     if inv is None:
         return Verification("not-verified", "not verified: crashdoc did not find SGLang's command in the unit")
     after = apply_changes(inv, [c for c in changes if not is_environment(c.flag)]).after
