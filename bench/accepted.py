@@ -93,7 +93,7 @@ def main(argv: list[str] | None = None) -> int:
     a = p.parse_args(argv)
     sys.path.insert(0, str(ROOT / "tests"))
     from bench.launch_failures.generate import tiny_model
-    from crashdoc.remedy.verify import Request, SGLangChecker
+    from crashdoc.remedy.checker import Request, SGLangChecker
     from support.sglang_env import ensure_sglang_venv  # type: ignore[import-not-found]
 
     python = a.python or str(ensure_sglang_venv())

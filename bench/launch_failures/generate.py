@@ -23,8 +23,8 @@ import time
 from pathlib import Path
 
 from crashdoc.remedy.argfacts import UNKNOWN, ArgFacts, Option
+from crashdoc.remedy.checker import Request, SGLangChecker, child_environment
 from crashdoc.remedy.commandline import join_argv
-from crashdoc.remedy.verify import Request, SGLangChecker, child_environment
 
 MODEL_DIR = Path("/var/tmp/crashdoc-launch-failures/tiny-llama")
 BASE = ("--model-path", str(MODEL_DIR), "--device", "cpu")

@@ -11,7 +11,7 @@ import sys
 import time
 from pathlib import Path
 
-from crashdoc.remedy.verify import Request, SGLangChecker, child_environment
+from crashdoc.remedy.checker import Request, SGLangChecker, child_environment
 from support.sglang_env import fake_sglang_tree
 
 BEHAVIOUR = """

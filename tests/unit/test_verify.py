@@ -19,14 +19,10 @@ import pytest
 
 from crashdoc.cli import main
 from crashdoc.events import FlagChange
+from crashdoc.remedy.checker import child_environment
 from crashdoc.remedy.commandline import parse_argv
-from crashdoc.remedy.verify import (
-    child_environment,
-    interpreter_of,
-    unsafe_to_run,
-    verify_argv,
-    verify_fix,
-)
+from crashdoc.remedy.interpreter import interpreter_of, unsafe_to_run
+from crashdoc.remedy.verify import verify_argv, verify_fix
 from support.journal_files import EXITED, FAILED, line, needs_journal_remote, pid1, write_journal
 from support.sglang_env import answering_interpreter, fake_sglang_tree, requests_seen, sglang_python, tiny_model
 

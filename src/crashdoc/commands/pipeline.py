@@ -150,7 +150,7 @@ def sglang_python_option(path: str | None) -> str | None:
     """`--sglang-python PATH`: the interpreter the operator allows crashdoc to run SGLang's checks with."""
     if path is None:
         return None
-    from crashdoc.remedy.verify import unsafe_to_run
+    from crashdoc.remedy.interpreter import unsafe_to_run
 
     absolute = str(Path(path).absolute())
     if not Path(absolute).is_file():

@@ -10,7 +10,7 @@ steps, each on a copy (the engine's own diagnosis is never changed):
   failure's fix is searched (`remedy.accepted.FixSearch`: candidates from everything crashdoc knows, each
   checked, searched on from one that gets further; without an interpreter it may run, ranked with the
   release's argument facts) and the fix found applied again; any other fix's corrected command is checked as
-  it is (`remedy.verify`).
+  it is (`remedy.verify`, through `remedy.checker`).
 
 `explain` (no unit on disk: `RemedyStage(on_disk=False)` leaves the fix described, and searches on the pasted
 command with the interpreter the operator names, `remedy_pasted`) and `diagnose` call it in line; the daemon
@@ -145,7 +145,7 @@ class RemedyStage:
         """The interpreter whose SGLang checks the unit's fixes, or None and why not. Only systemd's ExecStart
         (D-Bus, root's configuration) and the files it runs name it, never a command line read from the journal."""
         from crashdoc.remedy.commandline import find_launch_command
-        from crashdoc.remedy.verify import interpreter_of, unsafe_to_run
+        from crashdoc.remedy.interpreter import interpreter_of, unsafe_to_run
 
         if not target.exec_start:
             return None, "systemd did not report the unit's ExecStart here, and crashdoc runs no command from a log"
