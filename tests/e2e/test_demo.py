@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.sandbox.systemd import traces_of
+from crashdoc.sandbox.leftovers import traces_of
 from support.demo_output import EXCERPT_MARK, FULL_MARK, check_one_ratio, mask, readme_block
 from support.e2e import PATIENCE, free_port, wait_for
 
