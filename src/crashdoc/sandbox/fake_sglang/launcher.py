@@ -30,18 +30,17 @@ class Launcher:
         self.quitting = False
 
     def launch_phase_sigquit_handler(self, signum: int, frame: Any) -> None:
-        if self.quitting:
-            return
-        self.quitting = True
-        logger.error(messages.CHILD_FAILED)
-        self._grace()
-        kill_process_tree(os.getpid())
+        self._quit(messages.CHILD_FAILED)
 
     def running_phase_sigquit_handler(self, signum: int, frame: Any) -> None:
+        self._quit(messages.RUNNING_CHILD_FAILED)
+
+    def _quit(self, said: str) -> None:
+        """Once: say why, let the other ranks finish their tracebacks, then SIGKILL the tree, this process last."""
         if self.quitting:
             return
         self.quitting = True
-        logger.error(messages.RUNNING_CHILD_FAILED)
+        logger.error(said)
         self._grace()
         kill_process_tree(os.getpid())
 
