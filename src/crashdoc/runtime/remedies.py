@@ -3,7 +3,11 @@
 The stage reads files (`apply`: milliseconds) and runs SGLang's checks in child processes (`check`: seconds;
 for a flag failure, the search for a fix SGLang accepts: candidates checked in parallel children, searched on,
 bounded in depth and time), so it never runs on the loop's thread nor under its lock: one thread applies
-fixes, another checks them (a slow check never holds up the next fix). Results are kept by what they depend
+fixes, a few others check them (a slow check never holds up the next fix). The checks are bounded: at most
+`checkers` run at once (each starts one SGLang child, which forks `Budget.parallel` checks: at most
+`checkers * (1 + parallel)` processes), each within its own time (the search's `Budget.seconds`, a check's
+timeout), and at most `waiting` wait for a thread; one more is not queued but said to be busy, and asked again
+when the daemon next asks (the unit's next restart or state change). Results are kept by what they depend
 on (the diagnosis's changes and target; for a check the command and changes, and for a search the unit and
 the failure), so the engine's diagnoses, made again at every request, find them; each new result wakes the
 loop, which publishes it, and a loop's finished check is handed to the loop once (`take_checked`) for its
@@ -25,7 +29,11 @@ from crashdoc.remedy.stage import CheckKey, RemedyStage, check_key, with_verifie
 
 PENDING = "verification pending: SGLang's argument checks are running"
 SEARCHING = "search pending: candidate fixes are being checked by SGLang's argument checks"
+BUSY = "not verified yet: crashdoc's SGLang checks are busy ({waiting} waiting); asked again at the unit's next restart"
+NOTHING = ""  # the applied fix changes no flag: nothing to check
 KEEP = 256  # results kept (the oldest go first)
+CHECKERS = 2  # checks (searches) at once: each is one SGLang child and the checks it forks
+WAITING = 32  # checks queued for a thread; more are said to be busy
 
 
 def remedy_key(d: Diagnosis) -> tuple[Any, ...]:
@@ -43,11 +51,16 @@ class RemedyWorker:
         wake: Callable[[], None] = lambda: None,
         on_checked: Callable[[str, str], None] = lambda unit, text: None,
         size: int = KEEP,
+        checkers: int = CHECKERS,
+        waiting: int = WAITING,
     ) -> None:
         self.stage = stage
         self.wake = wake  # tells the loop that something is ready
         self._on_checked = on_checked
         self._size = size
+        self._checkers, self._limit = max(1, checkers), max(1, waiting)
+        self._waiting = 0  # checks queued and not yet started
+        self.running = 0  # checks running now
         self._applied: OrderedDict[tuple[Any, ...], Fix] = OrderedDict()
         self._checked: OrderedDict[CheckKey, Fix | str] = OrderedDict()  # a search's fix, a check's line, PENDING
         self._finished: deque[Diagnosis] = deque(maxlen=size)  # checks done, for the loop's journal records
@@ -65,10 +78,16 @@ class RemedyWorker:
             return
         key = remedy_key(d)
         with self._lock:
-            check = check and self.stage.wants_check(d) and check_key(d) not in self._checked
+            said = self._checked.get(check_key(d))
+            check = check and self.stage.wants_check(d) and (said is None or _busy(said))
+            if check and self._waiting >= self._limit:  # said so, not queued: the daemon asks again later
+                self._checked[check_key(d)] = BUSY.format(waiting=self._waiting)
+                _bound(self._checked, self._size)
+                check = False
             if check:
                 self._checked[check_key(d)] = SEARCHING if self.stage.searches(d) else PENDING
                 _bound(self._checked, self._size)
+                self._waiting += 1
             elif key in self._asked or key in self._applied:
                 return
             self._asked.add(key)
@@ -91,7 +110,7 @@ class RemedyWorker:
         if isinstance(checked, Fix):
             return replace(d, fix=checked)
         shown = replace(d, fix=fix) if fix is not None else d
-        return with_verified(shown, checked) if checked is not None else shown
+        return with_verified(shown, checked) if checked else shown
 
     def take_checked(self) -> list[Diagnosis]:
         """The checks finished since the last call (the loop writes each one's journal record)."""
@@ -119,9 +138,10 @@ class RemedyWorker:
         self._apply_queue.put(None)
         if self._threads:
             self._threads[0].join(wait)
-        self._check_queue.put(None)
-        if self._threads:
-            self._threads[1].join(wait)
+        for _ in self._threads[1:]:
+            self._check_queue.put(None)
+        for thread in self._threads[1:]:
+            thread.join(wait)
 
     def _nothing_to_do(self, d: Diagnosis) -> bool:
         return not self.stage.wants_check(d)
@@ -130,7 +150,9 @@ class RemedyWorker:
 
     def _start(self) -> None:
         if not self._threads:
-            for target, name in ((self._apply_loop, "crashdoc-remedy"), (self._check_loop, "crashdoc-verify")):
+            loops = [(self._apply_loop, "crashdoc-remedy")]
+            loops += [(self._check_loop, f"crashdoc-verify-{i}") for i in range(self._checkers)]
+            for target, name in loops:
                 thread = threading.Thread(target=target, name=name, daemon=True)
                 self._threads.append(thread)
                 thread.start()
@@ -152,24 +174,35 @@ class RemedyWorker:
             self.wake()
             if check and self.stage.wants_check(applied):
                 self._check_queue.put((checking, applied))
+            elif check:  # the safety check left nothing to put to SGLang
+                with self._lock:
+                    self._waiting -= 1
+                    self._checked[checking] = NOTHING
 
     def _check_loop(self) -> None:
         while (item := self._check_queue.get()) is not None:
             key, d = item
             with self._lock:
+                self._waiting -= 1
                 if self._checked.get(key, PENDING) not in (PENDING, SEARCHING):
                     continue  # checked already (the same command and changes for another diagnosis)
+                self.running += 1
             try:
                 done = self.stage.check(d)
             except Exception as exc:  # never let a check take the daemon down
                 done = with_verified(d, f"not verified: {type(exc).__name__}: {exc}")
             result: Fix | str = done.fix if self.stage.searches(d) else done.fix.verified or ""
             with self._lock:
+                self.running -= 1
                 self._checked[key] = result
                 self._finished.append(done)
                 self.changed = True
             self._on_checked(d.unit, done.fix.verified or "")
             self.wake()
+
+
+def _busy(said: Fix | str) -> bool:
+    return isinstance(said, str) and said.startswith(BUSY.split("(", 1)[0])
 
 
 def _bound(results: OrderedDict[Any, Any], size: int) -> None:
