@@ -25,7 +25,10 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from bench.common import PYTHON, ROOT, Results, log, percentile
 
@@ -173,13 +176,19 @@ def measure(
     timeout: float = 300.0,
     restart_sec: float = 0.3,
     units: tuple[str, ...] = (PREFILL, DECODE),
+    beside: Callable[[Any, Any], Callable[[], dict]] | None = None,
+    beside_units: Callable[[Path], dict[str, str]] | None = None,
 ) -> dict:
+    """`beside_units(workdir)`: more units in the sandbox (watched as role any); `beside(sandbox, crashdoc)`: run
+    once crashdoc is up, before the measured units start (work to measure beside); what it returns is called
+    at the end and its result kept as `res["beside"]`."""
     from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
 
     start_crashdoc = _e2e().start_crashdoc
 
     workdir = make_workdir()
-    sandbox = PrivateSystemd(crash_units(restart_sec), workdir, start_units=[], keep_workdir=False)
+    more = beside_units(workdir) if beside_units is not None else {}
+    sandbox = PrivateSystemd({**crash_units(restart_sec), **more}, workdir, start_units=[], keep_workdir=False)
     sandbox.start()
     cd = None
     obs = None
@@ -188,9 +197,11 @@ def measure(
             "units:\n"
             f'  - {{name: "{PREFILL}", role: prefill}}\n'
             f'  - {{name: "{DECODE}", role: decode}}\n'
-            f"dbus: {'true' if dbus else 'false'}\n"
+            + "".join(f'  - {{name: "{name}", role: any}}\n' for name in more)
+            + f"dbus: {'true' if dbus else 'false'}\n"
         )
         cd = start_crashdoc(sandbox, config=config)
+        after = beside(sandbox, cd) if beside is not None else None
         obs = Observer(cd.base, interval)
         obs.start()
         sandbox.systemctl("start", *units, check=True)
@@ -227,6 +238,7 @@ def measure(
         samples.sort(key=lambda s: s["latency"])
         histogram = _histogram(cd)
         return {
+            "beside": after() if after is not None else {},
             "crashes_ended": len(truth),
             "samples": samples,
             "polls": obs.polls,
