@@ -40,22 +40,13 @@ STRINGS = ("none", "auto", "x", "/tmp/crashdoc-missing", "{}", '{"a": 1}', "not-
 
 
 def tiny_model(folder: Path = MODEL_DIR) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
-    config = {
-        "architectures": ["LlamaForCausalLM"],
-        "model_type": "llama",
-        "hidden_size": 256,
-        "intermediate_size": 512,
-        "num_attention_heads": 4,
-        "num_key_value_heads": 4,
-        "num_hidden_layers": 2,
-        "vocab_size": 1000,
-        "max_position_embeddings": 2048,
-        "rms_norm_eps": 1e-5,
-        "torch_dtype": "bfloat16",
-    }
-    (folder / "config.json").write_text(json.dumps(config), encoding="utf-8")
-    return folder
+    """The tiny local Llama config.json the set's commands name (written as the tests write theirs)."""
+    tests = str(Path(__file__).resolve().parents[2] / "tests")
+    if tests not in sys.path:
+        sys.path.insert(0, tests)
+    from support.sglang_env import tiny_model as write  # type: ignore[import-not-found]
+
+    return Path(write(folder))
 
 
 def value_for(option: Option, rng: random.Random) -> list[str]:

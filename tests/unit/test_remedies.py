@@ -14,14 +14,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from crashdoc.commands.pipeline import daemon_engine
-from crashdoc.config import Config
-from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause, WatchRule
+from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause
 from crashdoc.remedy.stage import RemedyStage, with_verified
-from crashdoc.runtime.build import build
 from crashdoc.runtime.daemon import Daemon
 from crashdoc.runtime.remedies import PENDING, RemedyWorker
-from support.e2e import free_port
+from support.file_daemon import file_daemon
 from support.journal_files import UNIT, crash_loop_entries, needs_journal_remote, write_journal
 
 OTHER = "sglang-decode.service"
@@ -59,7 +56,9 @@ def diagnosis(unit: str) -> Diagnosis:
     argv = ("/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "m")
     cause = RootCause("ValueError", "x", "ValueError: x")
     fix = Fix("s", [FlagChange("set", "--mem-fraction-static", "0.8")])
-    return Diagnosis(unit, None, "t", "memory", "critical", cause, [], fix, unit, target=FixTarget(argv, exec_start=argv))
+    return Diagnosis(
+        unit, None, "t", "memory", "critical", cause, [], fix, unit, target=FixTarget(argv, exec_start=argv)
+    )
 
 
 def until(condition, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-def]
@@ -92,19 +91,6 @@ def test_checks_run_a_few_at_a_time_a_few_wait_and_the_rest_are_said_busy_then_a
     assert [worker.published(d).fix.verified for d in later] == [f"checked for {d.unit}" for d in later]
 
 
-def _daemon(journal: Path, state: Path) -> Daemon:
-    config = Config(
-        units=(WatchRule("sglang*.service", "any"),),
-        listen=f"127.0.0.1:{free_port()}",
-        state_directory=str(state),
-        journal_directory=str(journal),
-        dbus=False,
-    )
-    d, http = build(config, daemon_engine)
-    http.server.server_close()  # only the view is read here
-    return d
-
-
 def _looping(d: Daemon, unit: str) -> bool:
     for family in text_string_to_metric_families(d.view.metrics().decode()):
         for s in family.samples:
@@ -122,7 +108,7 @@ def test_the_daemon_reads_and_detects_while_twenty_checks_are_held(tmp_path: Pat
     journal, state = tmp_path / "journal", tmp_path / "state"
     journal.mkdir()
     write_journal(journal, crash_loop_entries())
-    daemon = _daemon(journal, state)
+    daemon = file_daemon(journal, state)
     stage = HeldChecks()
     daemon.remedies = daemon.view.remedies = RemedyWorker(stage, checkers=2, waiting=32)
     daemon.prepare()
