@@ -127,6 +127,14 @@ _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # GitHub Actions, GitLab, `kubectl logs --timestamps`, `docker logs -t`: RFC 3339 with a zone, then a space
     ("CI/kubectl timestamps", re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: |$)")),
+    # a log viewer's export (Grafana/Loki, stern, a collector's file): `2026-04-11 14:20:01.337 | ` before the line
+    ("log viewer's timestamp column", re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? +\| ?")),
+    # a job runner's bracketed timestamp, often with the host and `>>` (RL frameworks' log aggregation):
+    # `[2026-01-09T10:42:17+08:00] worker-3 >> `; SGLang's own prefix has a space where this has the `T`
+    (
+        "bracketed timestamp column",
+        re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\] (?:(?P<who>[\w.:-]+) >> )?"),
+    ),
     # docker compose: `service-1  | `
     ("docker compose service column", re.compile(r"^(?P<who>[A-Za-z0-9][\w.-]*)\s+\| ?")),
     # `kubectl logs --prefix`: `[pod/name/container] `
