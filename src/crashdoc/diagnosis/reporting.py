@@ -136,8 +136,10 @@ class Reporter:
     def line_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
         """Critical failures line-level signatures saw in runs they did not end (a router with no healthy worker
         left fails every request while it runs). A crashed run's critical lines are its root cause or its
-        evidence; warning-level lines are `line_warnings`."""
-        return [self.build(rec, run, f, crashes=n, confidence=1.0) for f, run, n in self._line_groups(rec, True)]
+        evidence; warning-level lines are `line_warnings`. The most specific first (a worker's registration that
+        failed before the router's "no available workers"), then the most frequent."""
+        groups = sorted(self._line_groups(rec, True), key=lambda g: (-(g[0].match.score if g[0].match else 0), -g[2]))
+        return [self.build(rec, run, f, crashes=n, confidence=1.0) for f, run, n in groups]
 
     def line_warnings(self, rec: UnitRecord) -> list[Diagnosis]:
         """Warning-level failures that line signatures saw (one KV transfer that failed, a health check a busy
