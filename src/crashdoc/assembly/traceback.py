@@ -375,6 +375,12 @@ class TracebackAssembler:
                 lines.pop(0)
             lines[0] = lines[0].strip()
             state.exc_line = f"{state.exc_type}: {lines[0]}" if state.exc_type else lines[0]
+        elif not "".join(lines).strip() and state.exc_type.endswith("AssertionError") and state.frames:
+            # a bare `assert self.total_num_heads % tp_size == 0` prints "AssertionError" alone: the condition that
+            # failed, from the frame's source line, is what it says (the printed line stays as it was)
+            code = state.frames[-1].code
+            if code.startswith("assert ") and len(code) > len("assert ("):
+                lines = [code]
         state.chain.append(
             ExceptionInfo(
                 type=state.exc_type,

@@ -27,7 +27,13 @@ from crashdoc.remedy.actions.memory import (
     parse_oom,
     weight_load_action,
 )
-from crashdoc.remedy.actions.parallel import fp8_block_action, moe_block_action, pd_tp_action, tp_above_gpus_action
+from crashdoc.remedy.actions.parallel import (
+    fp8_block_action,
+    moe_block_action,
+    pd_tp_action,
+    tp_above_gpus_action,
+    tp_divides_action,
+)
 from crashdoc.remedy.actions.pools import fraction_up_action, req_slots_action, token_pool_action
 
 __all__ = ["Action", "Inputs", "apply_action", "compute", "refine"]
@@ -102,6 +108,8 @@ def _runtime(inputs: Inputs, signature: str, captures: Mapping[str, str]) -> Act
     """The runtime families of parallel layouts, pools and host memory (parallel, pools, hicache)."""
     if signature == "tp-size-above-visible-gpus":
         return tp_above_gpus_action(inputs)
+    if signature == "tp-size-does-not-divide":
+        return tp_divides_action(inputs, captures)
     if signature == "fp8-block-size-vs-tp":
         return fp8_block_action(inputs, captures)
     if signature == "quant-moe-block-size-vs-tp-ep":
