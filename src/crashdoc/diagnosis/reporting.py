@@ -137,8 +137,8 @@ class Reporter:
         """Critical failures line-level signatures saw in runs they did not end (a router with no healthy worker
         left fails every request while it runs). A crashed run's critical lines are its root cause or its
         evidence; warning-level lines are `line_warnings`. The most specific first (a worker's registration that
-        failed before the router's "no available workers"), then the most frequent."""
-        groups = sorted(self._line_groups(rec, True), key=lambda g: (-(g[0].match.score if g[0].match else 0), -g[2]))
+        failed before the router's "no available workers"), then the first seen (the later ones follow from it)."""
+        groups = sorted(self._line_groups(rec, True), key=lambda g: -(g[0].match.score if g[0].match else 0))
         return [self.build(rec, run, f, crashes=n, confidence=1.0) for f, run, n in groups]
 
     def line_warnings(self, rec: UnitRecord) -> list[Diagnosis]:
