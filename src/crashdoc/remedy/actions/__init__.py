@@ -37,6 +37,7 @@ from crashdoc.remedy.actions.parallel import (
     tp_divides_action,
 )
 from crashdoc.remedy.actions.pools import fraction_up_action, req_slots_action, token_pool_action
+from crashdoc.remedy.actions.quant import capability_action
 
 __all__ = ["Action", "Inputs", "apply_action", "compute", "refine"]
 
@@ -138,6 +139,8 @@ def _runtime(inputs: Inputs, signature: str, captures: Mapping[str, str]) -> Act
         return req_slots_action(inputs)
     if signature == "hicache-host-memory-short":
         return host_pool_action(inputs, captures)
+    if signature == "quant-gpu-capability-too-low":
+        return capability_action(inputs, captures)
     if signature == "kv-pool-not-enough-memory":
         return fraction_up_action(inputs, dict(captures))
     return None
