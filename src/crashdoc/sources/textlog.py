@@ -137,6 +137,9 @@ _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ),
     # docker compose: `service-1  | `
     ("docker compose service column", re.compile(r"^(?P<who>[A-Za-z0-9][\w.-]*)\s+\| ?")),
+    # a launcher that prefixes each process's lines with its PID or local rank (torchrun's `--tee`, `[default0]:`;
+    # a wrapper's `[80746] `): each is a process of its own
+    ("per-process prefix", re.compile(r"^\[(?P<who>\d{2,7}|default\d{1,3})\]:? ")),
     # `kubectl logs --prefix`: `[pod/name/container] `
     ("kubectl --prefix column", re.compile(r"^\[(?P<who>pod/[^\]\s]+)\] ")),
 )
