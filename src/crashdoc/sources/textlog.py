@@ -128,7 +128,10 @@ _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     # GitHub Actions, GitLab, `kubectl logs --timestamps`, `docker logs -t`: RFC 3339 with a zone, then a space
     ("CI/kubectl timestamps", re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: |$)")),
     # a log viewer's export (Grafana/Loki, stern, a collector's file): `2026-04-11 14:20:01.337 | ` before the line
-    ("log viewer's timestamp column", re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? +\| ?")),
+    (
+        "log viewer's timestamp column",
+        re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? +\| ?"),
+    ),
     # a job runner's bracketed timestamp, often with the host and `>>` (RL frameworks' log aggregation):
     # `[2026-01-09T10:42:17+08:00] worker-3 >> `; SGLang's own prefix has a space where this has the `T`
     (
@@ -139,7 +142,7 @@ _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
     ("docker compose service column", re.compile(r"^(?P<who>[A-Za-z0-9][\w.-]*)\s+\| ?")),
     # a launcher that prefixes each process's lines with its PID or local rank (torchrun's `--tee`, `[default0]:`;
     # a wrapper's `[80746] `): each is a process of its own
-    ("per-process prefix", re.compile(r"^\[(?P<who>\d{2,7}|default\d{1,3})\]:? ")),
+    ("per-process prefix", re.compile(r"^\[(?P<who>\d{2,7}|default\d{1,3})\](?:: ?| )")),
     # `kubectl logs --prefix`: `[pod/name/container] `
     ("kubectl --prefix column", re.compile(r"^\[(?P<who>pod/[^\]\s]+)\] ")),
 )

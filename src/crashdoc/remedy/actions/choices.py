@@ -23,7 +23,9 @@ def invalid_choice_action(inputs: Inputs, captures: Mapping[str, str]) -> Action
     choices = choices_of(captures.get("choices", ""))
     if not flag or not choices:
         return None
-    scored = sorted(((difflib.SequenceMatcher(None, value.lower(), c.lower()).ratio(), c) for c in choices), reverse=True)
+    scored = sorted(
+        ((difflib.SequenceMatcher(None, value.lower(), c.lower()).ratio(), c) for c in choices), reverse=True
+    )
     ratio, best = scored[0]
     second = scored[1][0] if len(scored) > 1 else 0.0
     why = [f"`{flag}` accepts {', '.join(choices)}; `{value}` is none of them."]
