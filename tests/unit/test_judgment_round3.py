@@ -273,3 +273,30 @@ def test_a_quantization_the_gpu_cannot_run_is_dropped_only_when_the_unit_asks_fo
     assert changes(d) == {"--quantization": ("remove", None)}
     checkpoint = log("quant-fp8-capability-3090.log").replace("quantization='fp8', ", "")
     assert changes(first(tmp_path, checkpoint)) == {}, "an FP8 checkpoint: no flag makes this GPU run it"
+
+
+# --- a stop is no crash; another logger's record ends a traceback ----------------------------------------------
+
+CTRL_C = f"""[2025-10-02 09:00:01] The server is fired up and ready to roll!
+[2025-10-02 09:01:12] INFO:     127.0.0.1:40100 - "POST /generate HTTP/1.1" 200 OK
+^C[2025-10-02 09:05:40] INFO:     Shutting down
+[2025-10-02 09:05:40] INFO:     Finished server process [20011]
+Traceback (most recent call last):
+  File "{SITE}/sglang/launch_server.py", line 14, in <module>
+    launch_server(server_args)
+  File "/usr/lib/python3.10/asyncio/base_events.py", line 636, in run_until_complete
+    self.run_forever()
+KeyboardInterrupt
+[rank0]:[W1002 09:05:41.123456789 ProcessGroupNCCL.cpp:1479] Warning: WARNING: destroy_process_group() was not called \
+before program exit, which can leak resources.
+"""
+
+
+def test_a_server_stopped_with_ctrl_c_is_no_failure(tmp_path: Path) -> None:
+    assert explain(tmp_path, CTRL_C) == {"diagnoses": [], "warnings": []}
+
+
+def test_another_loggers_record_ends_the_message_of_a_traceback(tmp_path: Path) -> None:
+    text = CTRL_C.replace("KeyboardInterrupt\n", "ValueError: boom\n")
+    d = first(tmp_path, text)
+    assert d["root_cause"]["message"] == "boom", "torch's [rank0]:[W...] record is no part of the message"

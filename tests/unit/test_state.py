@@ -16,6 +16,7 @@ from crashdoc.commands.pipeline import build_engine
 from crashdoc.diagnosis import snapshot
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.diagnosis.reporting import LINE_WENT_ON
+from crashdoc.diagnosis.rootcause import line_message
 from crashdoc.events import BAD_REQUEST, Lifecycle, LifecycleRecord, LogLine, Thresholds
 from crashdoc.matching.derived import load_shipped
 from crashdoc.matching.library import load_library
@@ -113,10 +114,14 @@ def shown(e: Engine) -> dict[str, object]:
 
 def since_line_warnings(expected: dict[str, Any]) -> dict[str, Any]:
     """74b936a showed a warning-level line failure of a server that went on as a diagnosis; since issue 25 it is a
-    warning (after the survived tracebacks), which says why it is no failure: the same finding, moved."""
+    warning (after the survived tracebacks), which says why it is no failure, and its root-cause line is the
+    message without SGLang's prefix: the same finding, moved."""
     docs = expected["diagnoses"]
     moved = [d for d in docs["diagnoses"] if d["severity"] == "warning" and "handled" not in d]
     docs["diagnoses"] = [d for d in docs["diagnoses"] if d not in moved]
+    for d in moved:
+        cause = d["root_cause"]
+        d["root_cause"] = {**cause, "line": line_message(cause["line"]), "message": line_message(cause["message"])}
     docs["warnings"] += [{**d, "handled": LINE_WENT_ON} for d in moved]
     return expected
 
