@@ -55,8 +55,8 @@ def test_the_second_authored_set_scores_above_the_targets() -> None:
     assert score.share(score.category) >= 0.95, score.misses
     assert score.share(score.root_cause) >= 0.95, score.misses
     assert score.share(score.flags) >= 0.90, score.misses
-    assert score.healthy == [0, 8], score.misses
-    assert score.category[1] >= 50
+    assert score.healthy[0] == 0, score.misses
+    assert score.healthy[1] >= 10 and score.category[1] >= 60
 
 
 # --- a non-critical line failure of a server that keeps serving -------------------------------------------------
@@ -300,3 +300,33 @@ def test_another_loggers_record_ends_the_message_of_a_traceback(tmp_path: Path) 
     text = CTRL_C.replace("KeyboardInterrupt\n", "ValueError: boom\n")
     d = first(tmp_path, text)
     assert d["root_cause"]["message"] == "boom", "torch's [rank0]:[W...] record is no part of the message"
+
+
+# --- the second batch of authored2: what it showed --------------------------------------------------------------
+
+
+def test_a_capture_that_failed_in_the_custom_all_reduce_turns_that_off_not_the_graphs(tmp_path: Path) -> None:
+    d = first(tmp_path, log("cudagraph-capture-invalid-argument-0523.log"))
+    assert (d["signature"], d["category"]) == ("cuda-graph-capture-failed", "cuda-graph")
+    assert changes(d) == {"--disable-custom-all-reduce": ("add", None)}
+    assert any("register_graph_buffers" in why for why in d["fix"]["why"])
+    # the same capture failure with no custom all-reduce frame keeps the signature's own fix
+    text = log("cudagraph-capture-invalid-argument-0523.log").replace("custom_all_reduce", "cuda_graph_runner")
+    assert "--disable-custom-all-reduce" not in changes(first(tmp_path, text))
+
+
+def test_a_dtype_the_quantization_method_does_not_support_is_set_to_the_first_it_does(tmp_path: Path) -> None:
+    d = first(tmp_path, log("quant-awq-float32-dtype.log"))
+    assert changes(d) == {"--dtype": ("set", "float16")}
+    other = log("quant-awq-float32-dtype.log").replace(
+        "Supported dtypes: [torch.float16]", "Supported dtypes: [torch.bfloat16, torch.float16]"
+    )
+    assert changes(first(tmp_path, other)) == {"--dtype": ("set", "bfloat16")}
+
+
+def test_huggingface_hubs_gated_repo_error_is_model_load_with_the_line_that_says_why(tmp_path: Path) -> None:
+    d = first(tmp_path, log("modelload-hf-gated-repo.log"))
+    assert (d["signature"], d["category"]) == ("hf-gated-repo", "model-load")
+    assert d["root_cause"]["line"].startswith("Cannot access gated repo for url https://huggingface.co/")
+    assert "HF_TOKEN" in changes(d)
+    assert d["fix"]["changes"][0]["placeholder"] is True
