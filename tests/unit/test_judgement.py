@@ -30,6 +30,7 @@ from crashdoc.events import KINDS, Lifecycle
 from crashdoc.matching.library import builtin_signature_dirs, load_bytes, load_library
 from crashdoc.matching.matcher import Matcher
 from support.engine_driver import Host
+from support.explaining import explain
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "judgement"
 
@@ -67,19 +68,6 @@ WATCHDOG_LINE = WATCHDOG.splitlines()[1]
 SEGFAULT = (FIXTURES / "native-segfault.log").read_text(encoding="utf-8")
 
 DSV4_LINE = "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead."
-
-
-def explain(tmp_path: Path, text: str, *, as_json: bool = True) -> Any:
-    """`crashdoc explain [--json] FILE`, through the real entry point."""
-    path = tmp_path / "pasted.log"
-    path.write_text(text, encoding="utf-8")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["explain", *(["--json"] if as_json else []), str(path)])
-    result = json.loads(out.getvalue()) if as_json else out.getvalue()
-    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
-    assert status == (1 if failed else 0)  # the exit status scripts read: 1 a failure found, 0 none
-    return result
 
 
 # --- pasted logs in every shape ------------------------------------------------------------------------------

@@ -6,18 +6,15 @@ columns of a paste, subsystems from where the failure happened, and computed fla
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from crashdoc.cli import main
 from crashdoc.diagnosis.category import guess_category
 from crashdoc.events import ExceptionInfo, Frame
 from crashdoc.sources.textlog import parse_text
+from support.explaining import explain, first
 from support.scoring import score_folder
 
 AUTHORED2 = Path(__file__).parents[1] / "fixtures" / "authored2"
@@ -26,24 +23,6 @@ SITE = "/opt/venv/lib/python3.11/site-packages"
 
 def log(name: str) -> str:
     return (AUTHORED2 / name).read_text(encoding="utf-8")
-
-
-def explain(tmp_path: Path, text: str, *, as_json: bool = True) -> Any:
-    path = tmp_path / "pasted.log"
-    path.write_text(text, encoding="utf-8")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["explain", *(["--json"] if as_json else []), str(path)])
-    result = json.loads(out.getvalue()) if as_json else out.getvalue()
-    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
-    assert status == (1 if failed else 0)
-    return result
-
-
-def first(tmp_path: Path, text: str) -> dict[str, Any]:
-    diagnoses = explain(tmp_path, text)["diagnoses"]
-    assert diagnoses, "no diagnosis"
-    return diagnoses[0]
 
 
 def changes(d: dict[str, Any]) -> dict[str, tuple[str, str | None]]:
