@@ -309,3 +309,15 @@ def test_huggingface_hubs_gated_repo_error_is_model_load_with_the_line_that_says
     assert d["root_cause"]["line"].startswith("Cannot access gated repo for url https://huggingface.co/")
     assert "HF_TOKEN" in changes(d)
     assert d["fix"]["changes"][0]["placeholder"] is True
+
+
+@pytest.mark.parametrize(
+    ("line", "signature"),
+    [
+        ("RuntimeError: Triton Error [CUDA]: an illegal memory access was encountered", "cuda-illegal-memory-access"),
+        ("RuntimeError: Triton Error [CUDA]: device-side assert triggered", "cuda-device-side-assert"),
+    ],
+)
+def test_a_cuda_fault_that_triton_reports_is_the_same_fault(tmp_path: Path, line: str, signature: str) -> None:
+    d = first(tmp_path, line + "\n")
+    assert (d["signature"], d["root_cause"]["line"]) == (signature, line)
