@@ -95,12 +95,23 @@ def _fenced(text: str) -> str:
     return "```text\n" + text + "```\n"
 
 
+def _docker_json(text: str) -> str:
+    """docker's json-file driver: one JSON record per line, the program's line (colours and all) in `log`."""
+    return "".join(
+        json.dumps({"log": f"\x1b[0m{line}\n", "stream": "stderr", "time": f"2026-06-10T09:12:02.{i:06d}Z"}) + "\n"
+        for i, line in enumerate(text.splitlines())
+    )
+
+
 SHAPES = {
     "as logged": lambda text: text,
     "quoted with > in a ticket": _quoted,
     "GitHub Actions timestamps": _prefixed("2026-06-10T09:12:02.1234567Z "),
     "kubectl logs --timestamps": _prefixed("2026-06-10T09:12:02.123456789Z "),
     "docker compose column": _prefixed("sglang-decode-1  | "),
+    "docker json-file records": _docker_json,
+    "container runtime log file (CRI)": _prefixed("2026-06-10T09:12:02.123456789Z stderr F "),
+    "a Python wrapper's logging column": _prefixed("2026-06-10 09:12:02,123 - __main__ - INFO - "),
     "kubectl logs --prefix": _prefixed("[pod/sglang-decode-0/sglang] "),
     "indentation stripped by a chat": _unindented,
     "cut mid-traceback and unindented": lambda text: _unindented(_mid_traceback(text)),
