@@ -212,6 +212,22 @@ def test_explain_presents_a_fix_that_sglang_0_5_23_accepts(tmp_path: Path, extra
     assert fixed is not None and fixed.sglang_args != parse_command(command).command.sglang_args  # type: ignore[union-attr]
 
 
+def test_an_invalid_choice_whose_fix_crashdoc_computed_is_still_searched(tmp_path: Path) -> None:
+    """argparse's `invalid choice` gets a computed fix (the closest choice, or a placeholder naming them); the
+    search still runs on it (it is a failure of the arguments), so the command comes out corrected."""
+    command = "python3 -m sglang.launch_server --model-path m --device cpu --tokenizer-backend default"
+    usage = "sglang serve: error: argument --tokenizer-backend: invalid choice: 'default' (choose from 'huggingface', "
+    log = tmp_path / "launch.log"
+    log.write_text(f"$ {command}\nusage: sglang serve [-h] [--model-path MODEL_PATH]\n{usage}'fastokens')\n")
+    [d] = _explain("--sglang-version", "0.5.23", str(log))["diagnoses"]
+    fix = d["fix"]
+    assert d["signature"] == "argparse-invalid-choice"
+    assert fix["verified"].startswith("not checked against SGLang"), fix
+    assert fix["command"] and "--tokenizer-backend default" not in fix["command"], fix
+    assert not any(c.get("placeholder") for c in fix["changes"]), fix
+    assert any("accepts huggingface, fastokens" in w for w in fix["why"]), fix
+
+
 def test_the_shipped_facts_name_the_fields_messages_use() -> None:
     facts = load_shipped().get("0.5.23")
     assert facts is not None

@@ -61,8 +61,11 @@ def understand_with(derived: DerivedLibrary | None, release: str | None) -> Unde
 
 def searchable(d: Diagnosis) -> bool:
     """A failure a change of SGLang's arguments may fix: not a runtime failure whose action crashdoc computed
-    from the run's own numbers, nor one of the hardware or of resources (no flag makes a GPU healthy)."""
-    if d.fix.why or d.kind in ("resource", "hardware-network") or d.signature == "unexplained":
+    from the run's own numbers, nor one of the hardware or of resources (no flag makes a GPU healthy). An
+    argparse usage error is always one, even when crashdoc computed its fix (the closest of the choices)."""
+    if d.kind in ("resource", "hardware-network") or d.signature == "unexplained":
+        return False
+    if d.fix.why and not _USAGE.search(d.root_cause.line):
         return False
     return bool(d.root_cause.type or d.root_cause.line)
 
