@@ -18,7 +18,7 @@ from crashdoc.matching.derived import DerivedLibrary, release_key
 from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary, load_shipped
 from crashdoc.remedy.candidates import Failure
 from crashdoc.remedy.commandline import LaunchCommand
-from crashdoc.remedy.rewrite import describe
+from crashdoc.remedy.rewrite import describe, is_environment
 from crashdoc.remedy.search import DEFAULT_BUDGET, Budget, SearchResult, Understand, accepted_fix
 
 # a usage error of SGLang's argparse: `launch_server.py: error: argument --x: invalid choice: ...`
@@ -67,6 +67,8 @@ def searchable(d: Diagnosis) -> bool:
         return False
     if d.fix.why and not _USAGE.search(d.root_cause.line):
         return False
+    if d.fix.changes and all(is_environment(c.flag) for c in d.fix.changes):
+        return False  # the environment only (CUDA_HOME, a package): SGLang's argument checks cannot judge it
     return bool(d.root_cause.type or d.root_cause.line)
 
 
@@ -219,8 +221,8 @@ class FixSearch:
     ) -> Diagnosis:
         """The diagnosis with the fix the search found for `command` (a copy; the diagnosis itself when the
         search has nothing to add). `interpreter` None: ranked, not checked (`unchecked` says why)."""
-        if not searchable(d) or (command is None and any(not c.placeholder for c in d.fix.changes)):
-            return d  # without the command, what it sets is unknown: a fix the diagnosis has stands
+        if not searchable(d) or (command is None and (d.fix.why or any(not c.placeholder for c in d.fix.changes))):
+            return d  # without the command, what it sets is unknown: a fix the diagnosis has (or computed) stands
         release = d.sglang_release or None
         derived = self._derived_now()
         chosen, note = facts_for(self.facts, release)
