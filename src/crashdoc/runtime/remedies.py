@@ -60,7 +60,6 @@ class RemedyWorker:
         self._size = size
         self._checkers, self._limit = max(1, checkers), max(1, waiting)
         self._waiting = 0  # checks queued and not yet started
-        self.running = 0  # checks running now
         self._applied: OrderedDict[tuple[Any, ...], Fix] = OrderedDict()
         self._checked: OrderedDict[CheckKey, Fix | str] = OrderedDict()  # a search's fix, a check's line, PENDING
         self._finished: deque[Diagnosis] = deque(maxlen=size)  # checks done, for the loop's journal records
@@ -186,14 +185,12 @@ class RemedyWorker:
                 self._waiting -= 1
                 if self._checked.get(key, PENDING) not in (PENDING, SEARCHING):
                     continue  # checked already (the same command and changes for another diagnosis)
-                self.running += 1
             try:
                 done = self.stage.check(d)
             except Exception as exc:  # never let a check take the daemon down
                 done = with_verified(d, f"not verified: {type(exc).__name__}: {exc}")
             result: Fix | str = done.fix if self.stage.searches(d) else done.fix.verified or ""
             with self._lock:
-                self.running -= 1
                 self._checked[key] = result
                 self._finished.append(done)
                 self.changed = True
