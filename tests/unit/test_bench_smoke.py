@@ -78,3 +78,21 @@ def test_table_renders(tiny_journal) -> None:
     results.add("s", "a | b", "1", ok=True)
     text = table(results)
     assert "a \\| b" in text and "| yes |" in text
+
+
+def test_paste_section_measures_explain_and_diagnose_on_a_text_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import paste
+
+    monkeypatch.setattr(paste, "SIZES_MB", (2,))
+    results = Results()
+    got = paste.run(results, rounds=1)
+    assert set(got) == {
+        "bare Python (`python -c pass`)",
+        "explain, one line",
+        "explain, 2 MB paste",
+        "diagnose --file, 2 MB text log",
+    }
+    peaks = {case: runs[0][0] for case, runs in got.items()}
+    assert 0 < peaks["bare Python (`python -c pass`)"] < peaks["explain, one line"]
+    judged = [r for r in results.rows if r.ok is not None]
+    assert [r.case for r in judged] == ["explain, 2 MB paste: peak RSS", "diagnose --file, 2 MB text log: peak RSS"]

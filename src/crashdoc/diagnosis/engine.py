@@ -97,12 +97,11 @@ class Engine:
         if rec is not None:
             rec.learn(facts)
 
-    def on_line(self, line: LogLine) -> None:
-        """The hot path: runs for every line of every watched unit."""
-        self._line(line, self.reporter.matcher())
-
-    def _line(self, line: LogLine, matcher: Matcher) -> None:
-        """`on_line` with the matcher of the batch (`feed` looks it up once, not per line)."""
+    def on_line(self, line: LogLine, matcher: Matcher | None = None) -> None:
+        """The hot path: runs for every line of every watched unit. `matcher`: the batch's (`feed` looks it
+        up once, not per line)."""
+        if matcher is None:
+            matcher = self.reporter.matcher()
         rec = self._units.get(line.unit) or self._record(line.unit)
         if rec is None:
             return
@@ -509,7 +508,7 @@ def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
 def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord | UnitState | LaunchFacts]) -> None:
     """Events, in order, to the engine's inputs: journal lines, PID 1's records, D-Bus's unit states and the
     launch facts they need."""
-    on_line, on_lifecycle = engine._line, engine.on_lifecycle  # looked up once, not per event
+    on_line, on_lifecycle = engine.on_line, engine.on_lifecycle  # looked up once, not per event
     matcher = engine.matcher  # the batch's: a reloaded library applies from the next batch
     for event in events:
         if isinstance(event, LogLine):
