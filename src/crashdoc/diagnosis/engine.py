@@ -116,7 +116,10 @@ class Engine:
             rec.sglang = True
             if not run.cmdline:
                 begin(rec, run, tuple(line.cmdline.split()))  # journald joins argv with spaces: good without D-Bus
-        run.add_line(line)
+        run.lines += 1  # Run.add_line, inlined: the hot path
+        if not run.first_line_at:
+            run.first_line_at = line.timestamp
+        run.last_line_at = line.timestamp or run.last_line_at
         seq = self._seq = self._seq + 1
         assembler = self.assembler
         done = assembler.feed(line, seq)
