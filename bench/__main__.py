@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Results, log
 
-SECTIONS = ("startup", "throughput", "catchup", "hotpath", "scale", "profile", "latency", "memory")
+SECTIONS = ("startup", "paste", "throughput", "catchup", "hotpath", "scale", "profile", "latency", "memory")
 
 
 def table(results: Results) -> str:
@@ -71,9 +71,10 @@ def main(argv: list[str] | None = None) -> int:
         a.results.mkdir(parents=True, exist_ok=True)
         (a.results / "partial.txt").write_text(table(results) + "\n")
 
-    from bench import catchup, hotpath, latency, memory, profile, scale, startup, throughput
+    from bench import catchup, hotpath, latency, memory, paste, profile, scale, startup, throughput
 
     section("startup", lambda: startup.run(results))
+    section("paste", lambda: paste.run(results))
     section("throughput", lambda: throughput.run(js, results, rounds=a.rounds, before_src=a.before_src))
     section("catchup", lambda: catchup.run(a.entries, results, rounds=a.rounds + 1, before_src=a.before_src))
     if a.before_src:
