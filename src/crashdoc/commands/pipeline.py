@@ -23,6 +23,9 @@ from crashdoc.matching.matcher import Matcher
 from crashdoc.remedy.stage import RemedyStage
 
 if TYPE_CHECKING:
+    from crashdoc.diagnosis.report import UnitContext
+    from crashdoc.diagnosis.rootcause import Finding
+    from crashdoc.events import Fix
     from crashdoc.sources.textinput import TextInput
 
 
@@ -41,8 +44,13 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
 
 
 def diagnosis_builder() -> DiagnosisBuilder:
-    """Diagnoses whose fixes are computed from the run's own numbers where a signature says how (`remedy.actions`)."""
-    from crashdoc.remedy.actions import refine
+    """Diagnoses whose fixes are computed from the run's own numbers where a signature says how (`remedy.actions`,
+    imported when the first diagnosis is built: a log with no failure never pays for it)."""
+
+    def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
+        from crashdoc.remedy.actions import refine as actions_refine
+
+        actions_refine(finding, ctx, fix)
 
     return DiagnosisBuilder(refine=refine)
 
