@@ -40,7 +40,7 @@ def summary(diagnoses: list[Diagnosis]) -> str:
 
 
 def logs() -> list[Path]:
-    found = sorted(AUTHORED.glob("*.log"))
+    found = sorted(AUTHORED.glob("*.log")) + sorted(AUTHORED.with_name("authored2").glob("*.log"))
     corpus = corpus_dir()
     if corpus.is_dir():
         found += sorted(corpus.glob("*.log"))

@@ -291,7 +291,7 @@ class TracebackAssembler:
                 # another logger's record (torch's `[rank0]:[W1002 09:05:41.1 ProcessGroupNCCL.cpp:1479] ...`, glog's
                 # `E1118 07:47:06.2 2349 file.cpp:63]`, a Python warning) ends the message like SGLang's prefix does
                 done = self._finish(self._pending.pop(key))
-                restarted = self._feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+                restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation), self._seq)
                 return [done, *restarted] if done is not None else list(restarted)
             if body in CHAIN_MARKERS:
                 self._close_exception(state)

@@ -167,7 +167,9 @@ def _events(blocks: Iterator[list[str]], parsed: StreamedText, notes: list[str])
     for block in blocks:
         raw = [clean(line[:MAX_LINE_CHARS]) for line in block]
         lines, pids, said = normalize(context + raw, groups)
-        lines, pids = lines[len(context) :], pids[len(context) :]
+        # what the context became (a docker JSON record may hold several lines): those lines were given already
+        given = len(normalize(context, Groups())[0]) if context else 0
+        lines, pids = lines[given:], pids[given:]
         notes.extend(note for note in said if note not in notes)
         context = _fenceless(raw)[-CONTEXT_LINES:]
         if not fmt:  # the head decides
