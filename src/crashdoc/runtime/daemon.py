@@ -512,4 +512,4 @@ class Daemon:
             with self.lock:
                 return self.engine.snapshot()
 
-        self.saver.save(self.source.cursor, snapshot, force=force, behind=not self.source.at_end)
+        self.saver.save(self.source.cursor, snapshot, force=force)

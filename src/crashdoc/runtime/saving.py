@@ -19,9 +19,6 @@ from crashdoc.runtime.log import log
 from crashdoc.sources.cursor import CursorStore, SavedState
 
 SAVE_INTERVAL = 1.0
-# while the journal is behind (catching up after a stop): a save of a large snapshot costs ~60 ms and a few MB
-# of transient heap each; a restart redoes at most what was not saved, so a catch-up saves less often
-SAVE_INTERVAL_BEHIND = 5.0
 
 
 @dataclass(slots=True)
@@ -32,13 +29,9 @@ class StateSaver:
     dirty: bool = False
     _last_save: float = 0.0
 
-    def save(
-        self, cursor: str | None, snapshot: Callable[[], dict[str, Any]], force: bool = False, behind: bool = False
-    ) -> None:
-        """Save when something changed and the interval passed (`behind`: the longer one of a catch-up)."""
+    def save(self, cursor: str | None, snapshot: Callable[[], dict[str, Any]], force: bool = False) -> None:
         now = time.monotonic()
-        interval = SAVE_INTERVAL_BEHIND if behind else SAVE_INTERVAL
-        if not self.dirty or (not force and now - self._last_save < interval) or cursor is None:
+        if not self.dirty or (not force and now - self._last_save < SAVE_INTERVAL) or cursor is None:
             return
         ok = self.store.save(cursor, engine=snapshot())
         if not ok and self.health.state_writable:
