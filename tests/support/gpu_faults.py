@@ -100,7 +100,7 @@ def kernel(message: str, at: float, priority: str = "3") -> dict[str, str | byte
         "SYSLOG_IDENTIFIER": "kernel",
         "PRIORITY": priority,
         "_HOSTNAME": "gpu-017",
-        "_SOURCE_MONOTONIC_TIMESTAMP": str(int((at - T0 + 86_400) * 1e6)),
+        "_SOURCE_MONOTONIC_TIMESTAMP": str(int((at % 86_400 + 3_600) * 1e6)),  # since boot (any positive value)
         "MESSAGE": message,
         AT: str(int(at * 1e6)),
     }
@@ -142,6 +142,7 @@ def run_entries(
     error_rank: str,
     error: list[str],
     error_at: float,
+    unit: str = UNIT,
 ) -> list[dict[str, str | bytes]]:
     """One run of UNIT: every rank loads, `error_rank` raises `error` at `error_at`, PID 1 records the end."""
     cmdline = "/opt/venv/bin/python -m sglang.launch_server --model-path /models/m --tp-size 4"
@@ -151,6 +152,7 @@ def run_entries(
                 sglang(start, "", "server_args=ServerArgs(model_path='/models/m', tp_size=4, base_gpu_id=0)"),
                 pid=str(pids[""]),
                 invocation=invocation,
+                unit=unit,
                 _CMDLINE=cmdline,
             ),
             start,
@@ -159,18 +161,18 @@ def run_entries(
     for rank, pid in pids.items():
         if rank:
             text = sglang(start + 1, rank, "Load weight begin. avail mem=78.52 GB")
-            out.append(at(line(text, pid=str(pid), invocation=invocation), start + 1))
+            out.append(at(line(text, pid=str(pid), invocation=invocation, unit=unit), start + 1))
     first, *rest = error
-    out.append(
-        at(line(sglang(error_at, error_rank, first), pid=str(pids[error_rank]), invocation=invocation), error_at)
-    )
-    out += [at(line(text, pid=str(pids[error_rank]), invocation=invocation), error_at) for text in rest]
+    where = {"pid": str(pids[error_rank]), "invocation": invocation, "unit": unit}
+    out.append(at(line(sglang(error_at, error_rank, first), **where), error_at))
+    out += [at(line(text, **where), error_at) for text in rest]
     end = error_at + 2
     out += [
         at(
             {
                 **pid1(
-                    f"{UNIT}: Main process exited, code=killed, status=9/KILL",
+                    f"{unit}: Main process exited, code=killed, status=9/KILL",
+                    unit=unit,
                     MESSAGE_ID=EXITED,
                     EXIT_CODE="killed",
                     EXIT_STATUS="9",
@@ -181,7 +183,7 @@ def run_entries(
         ),
         at(
             {
-                **pid1(f"{UNIT}: Failed with result 'signal'.", MESSAGE_ID=FAILED, UNIT_RESULT="signal"),
+                **pid1(f"{unit}: Failed with result 'signal'.", unit=unit, MESSAGE_ID=FAILED, UNIT_RESULT="signal"),
                 "INVOCATION_ID": invocation,
             },
             end,
@@ -190,33 +192,49 @@ def run_entries(
     return out
 
 
-def xid79_loop_entries(with_xid: bool = True, forged: bool = False) -> list[dict[str, str | bytes]]:
+GONE_TRACEBACK = [
+    "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 412, in set_device',
+    "    torch._C._cuda_setDevice(device)",
+    DEVICE_GONE,
+]
+
+
+def xid79_loop_entries(
+    with_xid: bool = True, forged: bool = False, t0: float = T0, unit: str = UNIT
+) -> list[dict[str, str | bytes]]:
     """Xid 79 on TP3's GPU one second before TP3's error, then a second run that cannot use the GPU: a crash
     loop on a GPU that is gone. `with_xid=False`: the same crashes, no kernel line. `forged`: the "Xid" is
-    printed by the unit on its own stdout instead of logged by the kernel."""
-    run1 = run_entries("1" * 32, T0, RANK_PIDS, "TP3", CUDA_GRAPH_TRACEBACK, T0 + 30)
-    pids2 = {rank: pid + 100 for rank, pid in RANK_PIDS.items()}
-    gone = [
-        "Scheduler hit an exception: Traceback (most recent call last):",
-        '  File "/opt/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 412, in set_device',
-        "    torch._C._cuda_setDevice(device)",
-        DEVICE_GONE,
-    ]
-    run2 = run_entries("2" * 32, T0 + 40, pids2, "TP3", gone, T0 + 45)
+    printed by the unit on its own stdout instead of logged by the kernel. `t0`: when the first run starts."""
+    return sorted([*xid79_first_run(with_xid, forged, t0, unit), *xid79_second_run(t0, unit)], key=lambda e: int(e[AT]))
+
+
+def xid79_first_run(
+    with_xid: bool = True, forged: bool = False, t0: float = T0, unit: str = UNIT
+) -> list[dict[str, str | bytes]]:
+    """The first run of `xid79_loop_entries` (its Xid, crash and restart), in time order."""
+    run1 = run_entries("1" * 32, t0, RANK_PIDS, "TP3", CUDA_GRAPH_TRACEBACK, t0 + 30, unit)
     restart = at(
-        pid1(f"{UNIT}: Scheduled restart job, restart counter is at 1.", MESSAGE_ID=RESTART, N_RESTARTS="1"), T0 + 35
+        pid1(f"{unit}: Scheduled restart job, restart counter is at 1.", unit, MESSAGE_ID=RESTART, N_RESTARTS="1"),
+        t0 + 35,
     )
     xid_text = xid(79, "GPU has fallen off the bus.", pid=RANK_PIDS["TP3"])
-    entries = [*run1, restart, *run2]  # put in time order below
+    entries = [*run1, restart]
     if with_xid and forged:
-        entries.append(at(line(xid_text, pid=str(RANK_PIDS["TP3"]), invocation="1" * 32), T0 + 29))
+        entries.append(at(line(xid_text, pid=str(RANK_PIDS["TP3"]), invocation="1" * 32, unit=unit), t0 + 29))
     elif with_xid:
         entries += [
-            kernel("NVRM: GPU at PCI:0000:c1:00: GPU-6f3a8e2c-1d44-4b8e-9c1a-0e6b7d2f9a36", T0 + 29),
-            kernel(xid_text, T0 + 29),
-            kernel(FELL_OFF, T0 + 29),
+            kernel("NVRM: GPU at PCI:0000:c1:00: GPU-6f3a8e2c-1d44-4b8e-9c1a-0e6b7d2f9a36", t0 + 29),
+            kernel(xid_text, t0 + 29),
+            kernel(FELL_OFF, t0 + 29),
         ]
     return sorted(entries, key=lambda e: int(e[AT]))
+
+
+def xid79_second_run(t0: float = T0, unit: str = UNIT) -> list[dict[str, str | bytes]]:
+    """The second run of `xid79_loop_entries`: TP3 cannot set its device (the GPU is gone), and dies."""
+    pids2 = {rank: pid + 100 for rank, pid in RANK_PIDS.items()}
+    return run_entries("2" * 32, t0 + 40, pids2, "TP3", GONE_TRACEBACK, t0 + 45, unit)
 
 
 # --- pastes ----------------------------------------------------------------------------------------------------------
