@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.sandbox.systemd import traces_of
+from crashdoc.sandbox.leftovers import traces_of
 from support.demo_output import EXCERPT_MARK, FULL_MARK, check_one_ratio, mask, readme_block
 from support.e2e import PATIENCE, free_port, wait_for
 
@@ -165,7 +165,7 @@ def test_the_demo_boots_from_a_checkout_under_tmp() -> None:
         )
         assert r.returncode == 0, r.stdout + r.stderr
         assert DIAGNOSIS in r.stdout and "which the sandbox hides" not in r.stdout + r.stderr
-        assert f"raised at {clone}/src/crashdoc/sandbox/fake_sglang.py:" in r.stdout  # the copy ran, not ROOT
+        assert f"raised at {clone}/src/crashdoc/sandbox/fake_sglang/scheduler.py:" in r.stdout  # the copy ran, not ROOT
         check_one_ratio(r.stdout)
     finally:
         shutil.rmtree(clone, ignore_errors=True)

@@ -17,7 +17,8 @@ from pathlib import Path
 import pytest
 
 from crashdoc.sandbox import demo
-from crashdoc.sandbox.systemd import PrivateSystemd, SandboxError, tmp_mounts, unavailable_reason
+from crashdoc.sandbox.namespaces import tmp_mounts
+from crashdoc.sandbox.systemd import PrivateSystemd, SandboxError, unavailable_reason
 from support.sandboxes import SandboxFactory
 
 RESTART_SCHEDULED = "5eb03494b6584870a536b337290809b3"

@@ -18,7 +18,7 @@ EXCERPT_MARK = "<!-- an excerpt of the demo's output: tests/e2e/test_demo.py fin
 _MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
     (re.compile(r"/var/tmp/crashdoc-sandbox-\d+-\w+"), "<sandbox>"),
     (re.compile(r"/\S*/bin/python[\d.]*"), "<python>"),
-    (re.compile(r"/\S*/crashdoc/sandbox/fake_sglang\.py"), "<crashdoc>/sandbox/fake_sglang.py"),
+    (re.compile(r"/\S*/crashdoc/sandbox/fake_sglang/scheduler\.py"), "<crashdoc>/sandbox/fake_sglang/scheduler.py"),
     (re.compile(r"127\.0\.0\.1:\d+"), "127.0.0.1:<port>"),
     (re.compile(r"invocation: [0-9a-f]{32}"), "invocation: <id>"),
     (re.compile(r"restarts \(NRestarts\): \d+   crashes: \d+"), "restarts (NRestarts): <n>   crashes: <n>"),

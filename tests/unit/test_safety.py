@@ -8,22 +8,11 @@ import pytest
 
 from crashdoc.events import FlagChange, LogLine
 from crashdoc.remedy.commandline import find_invocation, parse_argv
-from crashdoc.remedy.safety import (
-    GIB,
-    NumaBinding,
-    auto_sizes,
-    check_hicache_ratio,
-    hicache_fix,
-    hicache_host_memory,
-    host_memory,
-    host_memory_refusal,
-    kv_pool_from_log,
-    numa_binding,
-    parse_list,
-    ranks_on_host,
-    ratio_from_changes,
-    safety_warnings,
-)
+from crashdoc.remedy.safety import safety_warnings
+from crashdoc.remedy.safety.hicache_check import auto_sizes, check_hicache_ratio, hicache_host_memory, ranks_on_host
+from crashdoc.remedy.safety.hicache_fix import hicache_fix, ratio_from_changes
+from crashdoc.remedy.safety.host_memory import NumaBinding, host_memory, numa_binding, parse_list
+from crashdoc.remedy.safety.kv_pool import GIB, host_memory_refusal, kv_pool_from_log
 from support.corpus import corpus_dir
 
 FIXTURES = Path(__file__).parent.parent / "fixtures"

@@ -40,7 +40,7 @@ from crashdoc.outputs.alerts import alert_annotations
 from crashdoc.outputs.render import diagnosis_dict
 from crashdoc.remedy.commandline import parse_text
 from crashdoc.remedy.launch import LaunchReader
-from crashdoc.remedy.safety import hicache_host_memory
+from crashdoc.remedy.safety.hicache_check import hicache_host_memory
 from crashdoc.remedy.stage import RemedyStage
 
 LIBRARY = load_library([builtin_signature_dirs()[0] / "sglang" / "hicache.yaml"])

@@ -16,7 +16,8 @@ import sys
 from pathlib import Path
 
 import crashdoc
-from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
+from crashdoc.sandbox.leftovers import make_workdir
+from crashdoc.sandbox.systemd import PrivateSystemd
 
 PREFILL_UNIT = "sglang-prefill.service"
 DECODE_UNIT = "sglang-decode.service"
