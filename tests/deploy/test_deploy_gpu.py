@@ -14,14 +14,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from crashdoc.diagnosis.gpus import CrashFacts, GpuRef
-from crashdoc.diagnosis.hardware import can_cause, decide, hardware_diagnosis
-from crashdoc.events import Diagnosis, Fix, GpuEvent, RootCause
+from crashdoc.diagnosis.hardware import can_cause
+from crashdoc.events import GpuEvent
 from crashdoc.matching.gpu_catalog import load_catalog
 from crashdoc.outputs.alerts import alert_labels
-from crashdoc.sources.kernel_gpu import KernelGpuReader
 from support.e2e import free_port, wait_for
-from support.gpu_faults import FAMILY_LINES, FAULT_LABELS
+from support.gpu_faults import FAULT_LABELS, cuda_graph_diagnosis, xid79_hardware_diagnosis
 from support.monitoring import ALERTMANAGER, Access, needs_alertmanager
 
 REPO = Path(__file__).resolve().parents[2]
@@ -82,29 +80,7 @@ def amtool_route(labels: dict[str, str]) -> str:
 def test_crashdocs_own_alert_for_a_gpu_fault_pages_the_hardware_on_call_and_a_flag_one_the_service_owner() -> None:
     """Where there is no Prometheus, crashdoc pushes its own alert (CrashdocCrashLoop): for a hardware diagnosis its
     labels route it to the hardware on-call, like SGLangGPUFault's."""
-    crash = CrashFacts(
-        "sglang-prefill.service",
-        100.0,
-        "TP3",
-        "RuntimeError: CUDA error",
-        "resource",
-        {48213: "TP3"},
-        {"TP3": GpuRef(6, "0000:c1:00.0", device=3)},
-    )
-    [event] = KernelGpuReader().feed(FAMILY_LINES[79], 99.0)
-    software = Diagnosis(
-        "sglang-prefill.service",
-        None,
-        "RuntimeError: CUDA error: unspecified launch failure",
-        "cuda-graph",
-        "critical",
-        RootCause("RuntimeError", "x", "RuntimeError: CUDA error: unspecified launch failure"),
-        [],
-        Fix("none"),
-        "fp1-0",
-        kind="resource",
-    )
-    hardware = hardware_diagnosis(software, decide(crash, [event]))
+    software, hardware = cuda_graph_diagnosis(), xid79_hardware_diagnosis()
     labels = alert_labels("sglang-prefill.service", hardware, "gpu-030")
     assert (labels["oncall"], labels["action"], labels["kind"]) == ("hardware", "drain", "hardware")
     assert amtool_route(labels) == "hardware-pager"

@@ -14,7 +14,6 @@ from __future__ import annotations
 import json
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -31,20 +30,6 @@ GPUS_FOLDER = FIXTURE_ROOT / "proc" / "driver" / "nvidia" / "gpus"
 RUNBOOK_BASE = "https://oncall.example.net/crashdoc"
 BROKEN, HEALTHY_GPU = "sglang-prefill.service", "sglang-decode.service"  # the unit with the Xid, the one without
 SAME = ("unit", "signature", "title", "kind", "category", "captures", "flags", "root_cause")
-
-
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    yield hook
-    hook.close()
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path, webhook: Webhook) -> Iterator[Alertmanager]:
-    am = Alertmanager(tmp_path / "alertmanager", webhook)
-    yield am
-    am.stop()
 
 
 def config(am_url: str) -> str:

@@ -8,6 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+from crashdoc.diagnosis.gpus import CrashFacts, GpuRef
+from crashdoc.diagnosis.hardware import decide, hardware_diagnosis
+from crashdoc.events import Diagnosis, Fix, RootCause
+from crashdoc.sources.kernel_gpu import KernelGpuReader
 from support.journal_files import AT, EXITED, FAILED, RESTART, UNIT, line, pid1
 
 FIXTURE_ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs" / "nvidia-8gpu"
@@ -265,3 +269,25 @@ def sglang_traceback(when: float, rank: str, exception: str, frames: list[str] |
     """A scheduler's fatal traceback as SGLang logs it, ending in `exception`."""
     frames = frames or CUDA_GRAPH_TRACEBACK[1:7]
     return [sglang(when, rank, "Scheduler hit an exception: Traceback (most recent call last):"), *frames, exception]
+
+
+# --- the decision's inputs and outputs, for the outputs' tests ------------------------------------------------------
+
+
+def cuda_graph_diagnosis(unit: str = UNIT) -> Diagnosis:
+    """TP3's CUDA-graph crash as crashdoc diagnoses it without the kernel's lines (no signature knows it)."""
+    line_ = "RuntimeError: CUDA error: unspecified launch failure"
+    return Diagnosis(
+        unit, None, line_, "cuda-graph", "critical", RootCause("RuntimeError", "x", line_), [], Fix("none"), "fp1-0",
+        kind="resource",
+    )  # fmt: skip
+
+
+def xid79_hardware_diagnosis(unit: str = UNIT) -> Diagnosis:
+    """The same crash after an Xid 79 of TP3 (pid 48213, GPU 6, 0000:c1:00.0) one second before: drain."""
+    crash = CrashFacts(
+        unit, 100.0, "TP3", "RuntimeError: CUDA error", "resource", {48213: "TP3"},
+        {"TP3": GpuRef(6, "0000:c1:00.0", device=3)},
+    )  # fmt: skip
+    [event] = KernelGpuReader().feed(FAMILY_LINES[79], 99.0)
+    return hardware_diagnosis(cuda_graph_diagnosis(unit), decide(crash, [event]))

@@ -5,33 +5,24 @@ from __future__ import annotations
 
 import threading
 
-from crashdoc.diagnosis.gpus import CrashFacts, GpuRef
-from crashdoc.diagnosis.hardware import decide, hardware_diagnosis
 from crashdoc.diagnosis.views import GpuView, UnitView
-from crashdoc.events import Diagnosis, Fix, GpuMap, HostGpus, LogLine, RootCause, UnitDevices
+from crashdoc.events import GpuMap, HostGpus, LogLine, UnitDevices
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
 from crashdoc.sources.kernel_gpu import KernelGpuReader
 from crashdoc.sources.nvidia_gpus import read_gpu_map
 from support.engine_driver import Host
-from support.gpu_faults import FAMILY_LINES, FAULT_LABELS, FIXTURE_ROOT, sglang, xid
+from support.gpu_faults import (
+    FAMILY_LINES,
+    FAULT_LABELS,
+    FIXTURE_ROOT,
+    cuda_graph_diagnosis,
+    sglang,
+    xid,
+    xid79_hardware_diagnosis,
+)
 
 GPUS = read_gpu_map(FIXTURE_ROOT)
 PREFILL, DECODE = "sglang-prefill.service", "sglang-decode.service"
-
-
-def software() -> Diagnosis:
-    return Diagnosis(
-        PREFILL,
-        None,
-        "RuntimeError: CUDA error: unspecified launch failure",
-        "cuda-graph",
-        "critical",
-        RootCause("RuntimeError", "x", "RuntimeError: CUDA error: unspecified launch failure"),
-        [],
-        Fix("none"),
-        "fp1-0",
-        kind="resource",
-    )
 
 
 def test_xids_are_counted_by_gpu_xid_and_the_unit_using_that_gpu() -> None:
@@ -70,20 +61,10 @@ def test_xids_are_counted_by_gpu_xid_and_the_unit_using_that_gpu() -> None:
 
 
 def test_a_hardware_diagnosis_is_a_gpu_fault_series_with_its_action() -> None:
-    crash = CrashFacts(
-        PREFILL,
-        100.0,
-        "TP3",
-        "RuntimeError: CUDA error",
-        "resource",
-        {48213: "TP3"},
-        {"TP3": GpuRef(6, "0000:c1:00.0", device=3)},
-    )
-    [event] = KernelGpuReader().feed(FAMILY_LINES[79], 99.0)
-    hardware = hardware_diagnosis(software(), decide(crash, [event]))
+    hardware = xid79_hardware_diagnosis(PREFILL)
     units = {
         name: UnitView(name, "any", "crash-looping", True, False, 2, 2, 2, {}, None, None, d, None, {}, {}, None)
-        for name, d in ((PREFILL, hardware), (DECODE, software()))
+        for name, d in ((PREFILL, hardware), (DECODE, cuda_graph_diagnosis(DECODE)))
     }
     registry = make_registry(CrashdocCollector(lambda: units, Health(), threading.Lock()))
     assert registry.get_sample_value("crashdoc_gpu_fault_info", FAULT_LABELS) == 1.0
