@@ -66,9 +66,8 @@ class Daemon:
     launches: LaunchReader
     remedies: RemedyWorker
     files: UnitFilesWatcher | None = None
-    gpu_facts: GpuFactsReader = field(
-        default_factory=lambda: GpuFactsReader(None)
-    )  # the host's GPUs, CUDA_VISIBLE_DEVICES
+    # the host's GPUs and each unit's CUDA_VISIBLE_DEVICES, read for the kernel's GPU faults
+    gpu_facts: GpuFactsReader = field(default_factory=lambda: GpuFactsReader(None))
     unit_files: Callable[[UnitState], list[str]] = lambda state: []
     library_folders: Callable[[Config], list] = lambda config: []
     notify: Callable[[str], None] = lambda state: None
