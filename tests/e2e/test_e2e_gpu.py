@@ -178,3 +178,41 @@ def test_an_xid_79_on_tp3s_gpu_then_the_loop_is_hardware_drain_and_the_same_loop
         cd.stop()
     one_shot = diagnose(journal, cfg)
     assert {k: one_shot[k] for k in SAME} == {k: plain[k] for k in SAME}
+
+
+@pytest.mark.sandbox
+def test_a_units_cuda_visible_devices_is_read_as_systemd_starts_it_and_nothing_else_of_its_environment(
+    sandbox_factory, sandbox_workdir: Path
+) -> None:
+    """D-Bus's Environment= of a real systemd, then its EnvironmentFile=s (which win; a missing `-` file is
+    skipped); the unit's other variables (an API key, a token) never reach crashdoc's records."""
+    env_file = sandbox_workdir / "gpus.env"
+    env_file.write_text("# this server's GPUs\nHF_TOKEN=hf_secret_token\nCUDA_VISIBLE_DEVICES=3,4,5,6\n")
+    unit = (
+        "[Service]\n"
+        'Environment="CUDA_VISIBLE_DEVICES=0,1" "SGLANG_API_KEY=sk-secret-api-key" "CUDA_DEVICE_ORDER=PCI_BUS_ID"\n'
+        f"EnvironmentFile=-{sandbox_workdir}/missing.env\n"
+        f"EnvironmentFile={env_file}\n"
+        "ExecStart=/bin/sleep 3600\n"
+    )
+    sandbox = sandbox_factory({BROKEN: unit}, workdir=sandbox_workdir, start_units=[])
+    probe = (
+        "import json\n"
+        "from crashdoc.events import WatchRule\n"
+        "from crashdoc.sources.gpu_facts import GpuFactsReader\n"
+        "from crashdoc.sources.journal import UnitFilter\n"
+        "from crashdoc.sources.units import UnitWatcher\n"
+        "w = UnitWatcher(UnitFilter([WatchRule('sglang*.service')]))\n"
+        "assert w.connect(), w.last_error\n"
+        f"st = w.state({BROKEN!r})\n"
+        "facts = GpuFactsReader(None).for_state(st)\n"
+        "print(json.dumps({'environment': st.environment, 'files': st.environment_files,\n"
+        "                  'visible': facts.visible_devices, 'where': facts.where}))\n"
+    )
+    r = sandbox.run([CRASHDOC[0], "-c", probe], timeout=60)
+    assert r.returncode == 0, r.stderr
+    seen = json.loads(r.stdout)
+    assert seen["environment"] == ["CUDA_VISIBLE_DEVICES=0,1", "CUDA_DEVICE_ORDER=PCI_BUS_ID"]
+    assert seen["files"] == [f"{sandbox_workdir}/missing.env", str(env_file)]  # D-Bus says "-" apart
+    assert (seen["visible"], seen["where"]) == ("3,4,5,6", f"EnvironmentFile={env_file}")
+    assert "secret" not in r.stdout
