@@ -147,8 +147,10 @@ def run_entries(
     error: list[str],
     error_at: float,
     unit: str = UNIT,
+    exit_after: float = 2,
 ) -> list[dict[str, str | bytes]]:
-    """One run of UNIT: every rank loads, `error_rank` raises `error` at `error_at`, PID 1 records the end."""
+    """One run of UNIT: every rank loads, `error_rank` raises `error` at `error_at`, PID 1 records the end
+    `exit_after` seconds later."""
     cmdline = "/opt/venv/bin/python -m sglang.launch_server --model-path /models/m --tp-size 4"
     out: list[dict[str, str | bytes]] = [
         at(
@@ -170,7 +172,7 @@ def run_entries(
     where = {"pid": str(pids[error_rank]), "invocation": invocation, "unit": unit}
     out.append(at(line(sglang(error_at, error_rank, first), **where), error_at))
     out += [at(line(text, **where), error_at) for text in rest]
-    end = error_at + 2
+    end = error_at + exit_after
     out += [
         at(
             {
@@ -239,6 +241,53 @@ def xid79_second_run(t0: float = T0, unit: str = UNIT) -> list[dict[str, str | b
     """The second run of `xid79_loop_entries`: TP3 cannot set its device (the GPU is gone), and dies."""
     pids2 = {rank: pid + 100 for rank, pid in RANK_PIDS.items()}
     return run_entries("2" * 32, t0 + 40, pids2, "TP3", GONE_TRACEBACK, t0 + 45, unit)
+
+
+APPLICATION_XID13 = "Graphics Exception: ESR 0x50df30"  # TP3's own fault, logged as it happens
+TEARDOWN_XID13 = "Graphics SM Warp Exception on (GPC 2, TPC 1, SM 0): Out Of Range Address"
+ILLEGAL_TRACEBACK = [*CUDA_GRAPH_TRACEBACK[:7], ILLEGAL_ACCESS]
+ILLEGAL_RUN = 80.0  # seconds from one run's start to the next's: SGLang's watchdog waits ~60 s before the exit
+
+
+def illegal_access_run(
+    second: bool, t0: float = T0, unit: str = UNIT, xids: bool = True, forged: bool = False
+) -> list[dict[str, str | bytes]]:
+    """One run of a loop in which TP3 hits an illegal memory access 5 s in and exits 62 s later (SGLang waits for
+    CUDA core dumps), in time order. `xids`: the kernel logs TP3's application Xid 13 one second before its error
+    and a teardown Xid 13 sixty seconds after it; the first run also has Xids that are not the unit's (another
+    process's Xid 79 on GPU 0, an uncorrectable ECC error on GPU 7, which the unit does not use) and a hardware
+    Xid 48 on TP3's GPU ten minutes before. `forged`: TP3 prints an Xid 79 of its own GPU on its stdout one second
+    before its error. `xids=False, forged=False`: the same crashes, nothing else."""
+    start = t0 + (ILLEGAL_RUN if second else 0)
+    pids = {rank: pid + (100 if second else 0) for rank, pid in RANK_PIDS.items()}
+    invocation = ("2" if second else "1") * 32
+    error_at = start + 5
+    entries = run_entries(invocation, start, pids, "TP3", ILLEGAL_TRACEBACK, error_at, unit, exit_after=62)
+    tp3 = pids["TP3"]
+    if xids:
+        entries += [
+            kernel(xid(13, APPLICATION_XID13, pid=tp3), error_at - 1),
+            kernel(xid(13, TEARDOWN_XID13, pid=tp3), error_at + 60),
+        ]
+    if xids and not second:
+        entries += [
+            kernel(xid(79, "GPU has fallen off the bus.", bus="0000:19:00", pid=51000), error_at - 1),
+            kernel(xid(48, "An uncorrectable double bit error (DBE)", bus="0000:dc:00", pid="unknown"), error_at - 1),
+            kernel(xid(48, "An uncorrectable double bit error (DBE)", pid="unknown"), start - 600),
+        ]
+    if forged:
+        text = xid(79, "GPU has fallen off the bus.", pid=tp3)
+        entries.append(at(line(text, pid=str(tp3), invocation=invocation, unit=unit), error_at - 1))
+    if not second:
+        entries.append(
+            at(
+                pid1(
+                    f"{unit}: Scheduled restart job, restart counter is at 1.", unit, MESSAGE_ID=RESTART, N_RESTARTS="1"
+                ),
+                error_at + 67,
+            )
+        )
+    return sorted(entries, key=lambda e: int(e[AT]))
 
 
 # --- pastes ----------------------------------------------------------------------------------------------------------

@@ -244,6 +244,25 @@ def test_xids_of_other_processes_other_gpus_or_long_before_change_nothing() -> N
     assert value("crashdoc_gpu_xid_total", {"gpu": "7", "xid": "48", "unit": ""}) == 1.0
 
 
+def test_without_the_units_cuda_visible_devices_another_programs_xid_on_gpu_0_is_not_tp0s() -> None:
+    """No D-Bus (`dbus: false`, `diagnose` over journal files): the unit's device 0 is not known to be the host's
+    GPU 0, so another program's Xid 79 there changes nothing. When D-Bus says the unit sets no
+    CUDA_VISIBLE_DEVICES, device 0 is GPU 0: the GPU TP0 used is gone, and that is the loop's cause."""
+    other = ((-1.0, xid(79, "GPU has fallen off the bus.", bus="0000:19:00", pid=51000)),)
+    baseline = GpuHost(facts=False)
+    unknown = GpuHost(facts=False)
+    unset = GpuHost(facts=False)
+    unknown.facts(HostGpus(GPUS, str(FIXTURE_ROOT)))
+    unset.facts(HostGpus(GPUS, str(FIXTURE_ROOT)), UnitDevices(UNIT, None, ""))
+    for host in (baseline, unknown, unset):
+        for offset in (0, 100):
+            host.run(CUDA_GRAPH_TRACEBACK, offset=offset, kernel=other if host is not baseline and not offset else ())
+    assert unknown.engine.diagnoses() == baseline.engine.diagnoses()
+    assert registry(unknown.engine).get_sample_value("crashdoc_gpu_xid_total", {"gpu": "0", "xid": "79", "unit": ""})
+    d = loop_diagnosis(unset)
+    assert (d.kind, d.captures["gpu"], d.captures["rank"]) == ("hardware", "0", "TP0"), d.title
+
+
 def test_a_pid_the_kernel_named_before_the_run_began_is_another_process() -> None:
     """PIDs are reused: an Xid 79 that named pid 48213 on GPU 0 two minutes before this run began is not about this
     run's TP3 (pid 48213 again), even when TP3 then fails to find its device."""

@@ -25,10 +25,11 @@ from support.gpu_faults import (
     FIXTURE_ROOT,
     T0,
     VISIBLE,
+    illegal_access_run,
     kernel,
     xid79_loop_entries,
 )
-from support.journal_files import UNIT, line, needs_journal_remote, write_journal
+from support.journal_files import AT, UNIT, line, needs_journal_remote, write_journal
 
 pytestmark = needs_journal_remote
 
@@ -172,3 +173,30 @@ def test_diagnose_over_the_same_crashes_without_the_xid_keeps_todays_diagnosis(t
     [d] = doc["diagnoses"]
     assert d["kind"] == "resource" and d["root_cause"]["line"] == "RuntimeError: CUDA error: unspecified launch failure"
     assert not any(e.startswith("GPU:") for e in d["evidence"])
+
+
+def test_teardown_and_application_xids_forged_lines_and_others_xids_keep_the_software_diagnosis(tmp_path: Path) -> None:
+    """An illegal memory access loop: TP3's application Xid 13 before each error, a teardown Xid 13 60 s after it,
+    another program's Xid 79 on GPU 0, an ECC error on GPU 7, a hardware Xid on TP3's GPU ten minutes before and
+    an "NVRM: Xid 79" TP3 prints itself. `diagnose` says what it says of the same crashes alone, the Xid 13s as
+    evidence (the host's GPUs given, the unit's CUDA_VISIBLE_DEVICES not known: journal files of another host)."""
+    config = tmp_path / "crashdoc.yaml"
+    config.write_text(f"nvidia_gpus: {FIXTURE_ROOT / 'proc' / 'driver' / 'nvidia' / 'gpus'}\n")
+    found = {}
+    for name, kernel_lines in (("alone", False), ("noisy", True)):
+        folder = tmp_path / name
+        folder.mkdir()
+        runs = [illegal_access_run(second, xids=kernel_lines, forged=kernel_lines) for second in (False, True)]
+        write_journal(folder, sorted([*runs[0], *runs[1]], key=lambda e: int(e[AT])))
+        status, doc = diagnose(folder, "--config", str(config))
+        [found[name]] = doc["diagnoses"]
+        assert status == 1
+    alone, noisy = found["alone"], found["noisy"]
+    assert (noisy["kind"], noisy["signature"], noisy["crashes"]) == ("bug", "cuda-illegal-memory-access", 2)
+    same = ("title", "kind", "category", "captures", "flags", "root_cause", "fix", "confidence")
+    assert {k: noisy[k] for k in same} == {k: alone[k] for k in same}
+    gpu = [e for e in noisy["evidence"] if e.startswith("GPU:")]
+    assert any("1.0 s before the crash's first error line" in e and "the application's own fault" in e for e in gpu)
+    assert any("60.0 s after the crash's first error line: after the crash (teardown), not its cause" in e for e in gpu)
+    assert all(e.startswith("GPU: Xid 13 ") and "(0000:c1:00.0), TP3" in e for e in gpu), gpu  # no 79, no 48
+    assert not any(e.startswith("GPU:") for e in alone["evidence"])

@@ -93,6 +93,7 @@ class GpuRecord:
         crash = crash_of_run(unit, run, d.kind, run.flags, self.visible.get(unit), self.host)
         if crash is None:
             return d
+        crash = dataclasses.replace(crash, gpus=self._known(unit, crash.gpus))
         known = self.learned.get(unit, {})
         if known:
             gpus = dict(crash.gpus)
@@ -125,7 +126,7 @@ class GpuRecord:
                     if tb.pid and (tb.pid not in pids or (tb.rank and not pids[tb.pid])):
                         pids[tb.pid] = tb.rank
             ranks = set(pids.values()) | set(command_ranks(flags)) | set(self.learned.get(unit, {}))
-            gpus = unit_gpus(sorted(r for r in ranks if r), flags, self.visible.get(unit), self.host)
+            gpus = self._known(unit, unit_gpus(sorted(r for r in ranks if r), flags, self.visible.get(unit), self.host))
             for rank, bus in self.learned.get(unit, {}).items():
                 if self._named_wins(unit, gpus.get(rank)):
                     gpus[rank] = GpuRef(bus_id=bus, how=f"{rank}'s GPU, as the kernel named it")
@@ -141,6 +142,21 @@ class GpuRecord:
             dataclasses.replace(e, pid=None) if e.pid and e.timestamp and e.timestamp < started_at else e
             for e in self.events
         ]
+
+    def _known(self, unit: str, worked_out: Mapping[str, GpuRef]) -> dict[str, GpuRef]:
+        """The GPUs worked out from a unit's command, as far as they are known. Without the unit's
+        CUDA_VISIBLE_DEVICES (no D-Bus: `dbus: false`, `diagnose` over journal files) a rank's device is no GPU
+        of the host (device 3 is GPU 3 only when nothing narrows the unit's GPUs): another program's Xid on GPU 0
+        is not the unit's. Then only the kernel naming a rank's process ties the rank to a GPU."""
+        if unit in self.visible:
+            return dict(worked_out)
+        return {
+            rank: GpuRef(
+                device=ref.device,
+                how=f"{ref.how.split(' -> ')[0]} -> device {ref.device}, CUDA_VISIBLE_DEVICES not known",
+            )
+            for rank, ref in worked_out.items()
+        }
 
     def _named_wins(self, unit: str, worked_out: GpuRef | None) -> bool:
         """Whether the GPU the kernel named for a rank's process stands over the one worked out from the unit's
