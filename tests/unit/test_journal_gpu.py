@@ -200,3 +200,19 @@ def test_teardown_and_application_xids_forged_lines_and_others_xids_keep_the_sof
     assert any("60.0 s after the crash's first error line: after the crash (teardown), not its cause" in e for e in gpu)
     assert all(e.startswith("GPU: Xid 13 ") and "(0000:c1:00.0), TP3" in e for e in gpu), gpu  # no 79, no 48
     assert not any(e.startswith("GPU:") for e in alone["evidence"])
+
+
+def test_each_xid_is_counted_under_the_unit_whose_process_it_names_when_all_come_in_one_read(tmp_path: Path) -> None:
+    """The whole journal in one batch (as `diagnose` and a daemon catching up read it): an Xid read before a run's
+    processes logged, then the run, then its processes' Xids; those name the run's processes."""
+    entries = [*illegal_access_run(False, xids=True), *illegal_access_run(True, xids=True)]
+    journal = write_journal(tmp_path, sorted(entries, key=lambda e: int(e[AT])))
+    engine = build_engine(Matcher(LIBRARY))
+    feed(engine, [HostGpus(read_gpu_map(FIXTURE_ROOT))])
+    feed(engine, read(journal))
+    assert dict(engine.gpus().xids) == {
+        ("6", "48", ""): 1,  # ten minutes before: no process of the unit named, its GPU not known yet
+        ("0", "79", ""): 1,  # another program's
+        ("7", "48", ""): 1,  # a GPU the unit does not use
+        ("6", "13", UNIT): 4,  # TP3's own, two a run
+    }

@@ -83,7 +83,8 @@ class Engine:
         self.thresholds = thresholds or Thresholds()
         self.role_of = role_of
         self._gpu: GpuRecord | None = None  # the kernel's GPU faults and GPU facts, made when the first comes in
-        self._gpu_joins: dict | None = None  # the units' processes and GPUs, for the events of one batch
+        self._gpu_joins: dict | None = None  # the units' processes and GPUs, for the GPU events between two lines
+        self._gpu_joins_seq = 0  # `_seq` when they were made: a line since may be a new run's or process's
         self.reporter = Reporter(
             get,
             builder or DiagnosisBuilder(),
@@ -129,7 +130,8 @@ class Engine:
             return
         if event.timestamp > self.now:
             self.now = event.timestamp
-        if self._gpu_joins is None:
+        if self._gpu_joins is None or self._gpu_joins_seq != self._seq:
+            self._gpu_joins_seq = self._seq
             self._gpu_joins = gpu.joins(
                 (rec.name, list(rec.runs.values())[-2:], self.reporter.flags(rec.current) if rec.current else {})
                 for rec in self._units.values()
