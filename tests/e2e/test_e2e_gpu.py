@@ -14,6 +14,7 @@ from __future__ import annotations
 import json
 import subprocess
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +23,7 @@ import pytest
 from crashdoc.outputs.alerts import ALERTNAME
 from crashdoc.outputs.journal_records import MESSAGE_ID_LOOP_STARTED
 from support.e2e import CRASHDOC, Crashdoc, free_port, journal_json, start_crashdoc, wait_for
-from support.gpu_faults import FIXTURE_ROOT, xid79_first_run, xid79_second_run
+from support.gpu_faults import FIXTURE_ROOT, ILLEGAL_RUN, illegal_access_run, xid79_first_run, xid79_second_run
 from support.journal_files import AT, line, needs_journal_remote, write_journal
 from support.monitoring import Alertmanager, Webhook, needs_alertmanager
 
@@ -54,23 +55,36 @@ def diagnosis_of(cd: Crashdoc, unit: str, condition: Any = lambda d: True) -> di
     return found[0] if found and condition(found[0]) else None
 
 
-def loop_of(sandbox: Any, workdir: Path, cfg: Path, unit: str, with_xid: bool) -> tuple[Crashdoc, dict, float, Path]:
-    """A daemon following a fresh folder; the unit's first run (with or without the Xid) written into it, then,
-    once read, its second crash. Returns the daemon, its diagnosis, when the second crash's entries began to be
-    written (time.time()), and the folder."""
+Runs = Callable[[float], tuple[list[dict[str, str | bytes]], list[dict[str, str | bytes]]]]
+
+
+def xid79_runs(unit: str, with_xid: bool) -> Runs:
+    """The Xid 79 loop's two runs (with or without the Xid) from `t0`; the second ends 47 s after it."""
+    return lambda t0: (xid79_first_run(with_xid, t0=t0, unit=unit), xid79_second_run(t0=t0, unit=unit))
+
+
+def loop_of(
+    sandbox: Any, workdir: Path, cfg: Path, unit: str, runs: Runs, length: float = 47
+) -> tuple[Crashdoc, dict, float, Path]:
+    """A daemon following a fresh folder; the unit's first run written into it, then, once read, its second crash
+    (`runs(t0)`, the second ending `length` s after t0: now). Returns the daemon, its diagnosis, when the second
+    crash's entries began to be written (time.time()), and the folder."""
     journal = workdir / f"journal-{unit}"
     journal.mkdir()
     now = time.time()
-    before = {**line("[2026-05-01 12:00:00] INFO: before", pid="7", unit=unit), AT: str(int((now - 100) * 1e6))}
+    before = {  # where the daemon starts: before all of the runs' entries, the kernel's older ones too
+        **line("[2026-05-01 12:00:00] INFO: before", pid="7", unit=unit),
+        AT: str(int((now - length - 900) * 1e6)),
+    }
     write_journal(journal, [before], name="0-before.journal")
     port = free_port()
     args = ["--config", str(cfg), "--listen", f"127.0.0.1:{port}", "--state-directory", str(workdir / f"state-{unit}")]
     cd = start_crashdoc(sandbox, args=[*args, "--directory", str(journal)], port=port, name=f"crashdoc-{unit}")
-    t0 = time.time() - 47  # the second run ends now: its entries are as fresh as a real crash's
-    write_journal(journal, xid79_first_run(with_xid, t0=t0, unit=unit), name="1-first.journal")
+    first, second = runs(time.time() - length)  # the second run ends now: as fresh as a real crash's entries
+    write_journal(journal, first, name="1-first.journal")
     wait_for(lambda: cd.metric("crashdoc_unit_restarts_total", unit=unit) == 1.0, 30, "the first crash", cd)
     written = time.time()
-    write_journal(journal, xid79_second_run(t0=t0, unit=unit), name="2-second.journal")
+    write_journal(journal, second, name="2-second.journal")
     d = wait_for(lambda: diagnosis_of(cd, unit, lambda d: d["crashes"] == 2), 30, "the loop's diagnosis", cd, 0.02)
     print(f"\n{unit}: the loop's diagnosis on /diagnoses {time.time() - written:.2f} s after the second crash")
     return cd, d, written, journal  # type: ignore[return-value]
@@ -99,7 +113,7 @@ def test_an_xid_79_on_tp3s_gpu_then_the_loop_is_hardware_drain_and_the_same_loop
     cfg = sandbox_workdir / "crashdoc.yaml"
     cfg.write_text(config(am.url))
 
-    cd, d, written, journal = loop_of(sandbox, sandbox_workdir, cfg, BROKEN, with_xid=True)
+    cd, d, written, journal = loop_of(sandbox, sandbox_workdir, cfg, BROKEN, xid79_runs(BROKEN, True))
     try:
         assert (d["kind"], d["signature"], d["severity"], d["flags"], d["fix"]["changes"]) == (
             "hardware",
@@ -166,7 +180,7 @@ def test_an_xid_79_on_tp3s_gpu_then_the_loop_is_hardware_drain_and_the_same_loop
     assert {k: one_shot[k] for k in SAME} == {k: d[k] for k in SAME}
     assert one_shot["fix"]["summary"] == d["fix"]["summary"]
 
-    cd, plain, _, journal = loop_of(sandbox, sandbox_workdir, cfg, HEALTHY_GPU, with_xid=False)
+    cd, plain, _, journal = loop_of(sandbox, sandbox_workdir, cfg, HEALTHY_GPU, xid79_runs(HEALTHY_GPU, False))
     try:
         assert (plain["kind"], plain["signature"]) == ("resource", None)
         assert plain["root_cause"]["line"] == "RuntimeError: CUDA error: unspecified launch failure"
@@ -178,6 +192,62 @@ def test_an_xid_79_on_tp3s_gpu_then_the_loop_is_hardware_drain_and_the_same_loop
         cd.stop()
     one_shot = diagnose(journal, cfg)
     assert {k: one_shot[k] for k in SAME} == {k: plain[k] for k in SAME}
+
+
+@needs_journal_remote
+@needs_alertmanager
+@pytest.mark.sandbox
+def test_teardown_and_application_xids_a_forged_one_and_other_gpus_xids_keep_the_software_loop(
+    sandbox_factory, sandbox_workdir: Path, alertmanager: Alertmanager
+) -> None:
+    """An illegal-memory-access loop of TP3: its application Xid 13 one second before each error and a teardown
+    Xid 13 sixty seconds after (SGLang waits for CUDA core dumps before it exits), another program's Xid 79 on
+    GPU 0, an ECC error on GPU 7, a hardware Xid 48 on TP3's GPU ten minutes before, and an "NVRM: Xid 79" line
+    TP3 prints on its own stdout. The daemon keeps the software diagnosis (the Xid 13s as evidence), counts every
+    Xid, and pages the service owner; `diagnose` over the same files says the same."""
+    am = alertmanager.start()
+    sandbox = sandbox_factory({}, workdir=sandbox_workdir, start_units=[])
+    cfg = sandbox_workdir / "crashdoc.yaml"
+    cfg.write_text(config(am.url))
+
+    def runs(t0: float) -> tuple[list[dict[str, str | bytes]], list[dict[str, str | bytes]]]:
+        return (
+            illegal_access_run(False, t0, BROKEN, xids=True, forged=True),
+            illegal_access_run(True, t0, BROKEN, xids=True, forged=True),
+        )
+
+    cd, d, _, journal = loop_of(sandbox, sandbox_workdir, cfg, BROKEN, runs, length=ILLEGAL_RUN + 67)
+    try:
+        assert (d["kind"], d["signature"], d["crashes"]) == ("bug", "cuda-illegal-memory-access", 2)
+        assert d["root_cause"]["line"] == "RuntimeError: CUDA error: an illegal memory access was encountered"
+        gpu = [e for e in d["evidence"] if e.startswith("GPU:")]
+        assert any("1.0 s before the crash's first error line" in e and "application's own fault" in e for e in gpu)
+        assert any("60.0 s after the crash's first error line: after the crash (teardown)" in e for e in gpu), gpu
+        assert all(e.startswith("GPU: Xid 13 (Graphics Engine Exception) on GPU 6 (0000:c1:00.0), TP3") for e in gpu)
+        metric = cd.metric
+        xid13 = {"gpu": "6", "xid": "13", "unit": BROKEN}  # two a run: the teardown one follows the diagnosis
+        wait_for(
+            lambda: metric("crashdoc_gpu_xid_total", **xid13) == 4.0,
+            5,
+            "the teardown Xids",
+            cd,
+            seen=lambda: [x for x in cd.get("/metrics")[1].decode().splitlines() if "xid_total{" in x],
+        )
+        assert metric("crashdoc_gpu_xid_total", gpu="0", xid="79", unit="") == 1.0  # not the unit's, not its stdout's
+        assert metric("crashdoc_gpu_xid_total", gpu="7", xid="48", unit="") == 1.0
+        assert metric("crashdoc_gpu_xid_total", gpu="6", xid="48", unit="") == 1.0  # before TP3's GPU was known
+        assert metric("crashdoc_gpu_xid_total", gpu="6", xid="79", unit=BROKEN) is None
+        assert "crashdoc_gpu_fault_info{" not in cd.get("/metrics")[1].decode()
+        alert = wait_for(lambda: am.alert(BROKEN), 15, "the loop's alert", cd, interval=0.05)
+        assert alert["labels"]["kind"] == "bug" and "oncall" not in alert["labels"]
+        assert alert["labels"]["signature"] == "cuda-illegal-memory-access"
+        d = diagnosis_of(cd, BROKEN)  # type: ignore[assignment]  # as it stands once every line was read
+    finally:
+        cd.stop()
+    one_shot = diagnose(journal, cfg)
+    assert {k: one_shot[k] for k in SAME} == {k: d[k] for k in SAME}
+    unverified = [{k: v for k, v in fix.items() if k != "verified"} for fix in (one_shot["fix"], d["fix"])]
+    assert unverified[0] == unverified[1] and one_shot["evidence"] == d["evidence"]  # diagnose: --no-verify
 
 
 @pytest.mark.sandbox
