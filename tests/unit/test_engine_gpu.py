@@ -31,12 +31,14 @@ from crashdoc.sources.kernel_gpu import KernelGpuReader
 from crashdoc.sources.nvidia_gpus import read_gpu_map
 from support.engine_driver import UNIT, Host
 from support.gpu_faults import (
+    APPLICATION_XID13,
     CUDA_GRAPH_TRACEBACK,
     FAULT_LABELS,
     FIXTURE_ROOT,
     GONE_TRACEBACK,
-    ILLEGAL_ACCESS,
+    ILLEGAL_TRACEBACK,
     RANK_PIDS,
+    TEARDOWN_XID13,
     VISIBLE,
     sglang,
     xid,
@@ -44,7 +46,6 @@ from support.gpu_faults import (
 
 GPUS = read_gpu_map(FIXTURE_ROOT)
 XID79 = xid(79, "GPU has fallen off the bus.", pid=RANK_PIDS["TP3"])
-ILLEGAL = [*CUDA_GRAPH_TRACEBACK[:7], ILLEGAL_ACCESS]
 
 
 @functools.cache
@@ -189,20 +190,20 @@ def test_a_unit_moved_to_other_gpus_is_not_tied_to_the_gpu_that_fell_off() -> No
 
 
 def test_an_xid_13_at_teardown_and_an_application_xid_before_keep_the_software_diagnosis() -> None:
-    teardown = xid(13, "Graphics SM Warp Exception on (GPC 2, TPC 1, SM 0): Out Of Range Address", pid=48213)
+    teardown = xid(13, TEARDOWN_XID13, pid=48213)
     host = GpuHost(library=True)
-    host.run(ILLEGAL, kernel=((-1.0, xid(13, "Graphics Exception: ESR 0x50df30", pid=48213)), (60.0, teardown)))
-    host.run(ILLEGAL, offset=100, kernel=((60.0, teardown.replace("48213", "48313")),))
+    host.run(ILLEGAL_TRACEBACK, kernel=((-1.0, xid(13, APPLICATION_XID13, pid=48213)), (60.0, teardown)))
+    host.run(ILLEGAL_TRACEBACK, offset=100, kernel=((60.0, teardown.replace("48213", "48313")),))
     d = loop_diagnosis(host)
     assert (d.signature, d.kind) == ("cuda-illegal-memory-access", "bug")
     gpu = [e for e in d.evidence if e.startswith("GPU:")]
     assert any("60.0 s after the crash's first error line: after the crash (teardown)" in e for e in gpu), gpu
     baseline = GpuHost(library=True)
-    baseline.run(ILLEGAL)
-    baseline.run(ILLEGAL, offset=100)
+    baseline.run(ILLEGAL_TRACEBACK)
+    baseline.run(ILLEGAL_TRACEBACK, offset=100)
     assert d.fix == loop_diagnosis(baseline).fix  # the flag fix stands
     first = GpuHost(library=True)
-    first.run(ILLEGAL, kernel=((-1.0, xid(13, "Graphics Exception: ESR 0x50df30", pid=48213)),))
+    first.run(ILLEGAL_TRACEBACK, kernel=((-1.0, xid(13, APPLICATION_XID13, pid=48213)),))
     [crash] = [e.diagnosis for e in first.engine.events() if e.kind == "crash"]
     assert crash is not None and crash.kind == "bug"
     assert any("the application's own fault" in e for e in crash.evidence), crash.evidence
