@@ -7,7 +7,6 @@ from __future__ import annotations
 import fcntl
 import os
 import pty
-import select
 import shutil
 import signal
 import subprocess
@@ -16,7 +15,6 @@ import sysconfig
 import tempfile
 import termios
 import threading
-import time
 from pathlib import Path
 
 import pytest
@@ -24,6 +22,7 @@ import pytest
 from crashdoc.sandbox.leftovers import traces_of
 from support.demo_output import EXCERPT_MARK, FULL_MARK, check_one_ratio, mask, readme_block
 from support.e2e import PATIENCE, free_port, wait_for
+from support.terminal import read_pty
 
 pytestmark = pytest.mark.sandbox
 
@@ -130,13 +129,13 @@ def test_make_run_ends_with_0_when_ctrl_c_is_pressed_at_its_terminal() -> None:
         preexec_fn=_terminal_of_its_own,
     )
     os.close(slave)
-    seen = _read_until(master, proc, PROMPT)
+    seen = read_pty(master, proc, PROMPT, 180 * PATIENCE)
     try:
         assert PROMPT in seen, seen
         [demo] = Path(f"/proc/{proc.pid}/task/{proc.pid}/children").read_text().split()  # make's child: the demo
         assert traces_of(int(demo)), "the running demo's sandbox folder and cgroups should exist"
         os.write(master, b"\x03")  # Ctrl-C, as the terminal's line discipline sends it
-        seen += _read_until(master, proc, None)
+        seen += read_pty(master, proc, None, 180 * PATIENCE)
         code = proc.wait(60 * PATIENCE)
     finally:
         if proc.poll() is None:
@@ -183,27 +182,6 @@ def _terminal_of_its_own() -> None:
     """In the child: a new session whose controlling terminal is the pty on stdin (make is its foreground)."""
     os.setsid()
     fcntl.ioctl(0, termios.TIOCSCTTY, 0)
-
-
-def _read_until(master: int, proc: subprocess.Popen[bytes], text: str | None) -> str:
-    """What the pty shows until `text` appears (None: until the program ends), within a generous bound."""
-    seen = b""
-    deadline = time.monotonic() + 180 * PATIENCE
-    while time.monotonic() < deadline:
-        if text is not None and text.encode() in seen:
-            break
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            seen += data
-        elif proc.poll() is not None:
-            break
-    return seen.decode(errors="replace").replace("\r\n", "\n")
 
 
 def _copy_checkout(root: Path, dest: Path) -> None:

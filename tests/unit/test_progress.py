@@ -6,13 +6,13 @@ from __future__ import annotations
 import io
 import os
 import pty
-import select
 import subprocess
 from pathlib import Path
 
 from crashdoc.outputs.progress import Progress
 from support.e2e import CRASHDOC
 from support.journal_files import TRACEBACK, line, write_journal
+from support.terminal import read_pty
 
 
 class Terminal(io.StringIO):
@@ -85,19 +85,7 @@ def test_diagnose_on_a_terminal_leaves_no_progress_behind_after_a_short_read(tmp
     master, slave = pty.openpty()
     proc = subprocess.Popen([*CRASHDOC, "diagnose", "--directory", str(folder)], stdout=slave, stderr=slave)
     os.close(slave)
-    seen = b""
-    while True:
-        ready, _, _ = select.select([master], [], [], 0.2)
-        if ready:
-            try:
-                data = os.read(master, 65536)
-            except OSError:
-                break
-            if not data:
-                break
-            seen += data
-        elif proc.poll() is not None:
-            break
+    seen = read_pty(master, proc).encode()
     os.close(master)
     assert proc.wait(timeout=60) == 1
     assert b"sglang-prefill" in seen and b"reading the journal" not in seen

@@ -15,7 +15,7 @@ import os
 import signal
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from types import FrameType
 
 from crashdoc.errors import EXIT_INTERRUPTED, EXIT_OK, UserError
@@ -103,27 +103,28 @@ def _raise_stopped(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signal.Signals(signum).name)
 
 
-@contextlib.contextmanager
-def _stop_signals() -> Iterator[None]:
+def _stop_signals() -> contextlib.AbstractContextManager[None]:
     """SIGTERM and SIGHUP unwind like Ctrl-C while the demo runs (Python's default would kill it on the spot,
     leaving the sandbox's folder behind)."""
-    previous = {s: signal.signal(s, _raise_stopped) for s in (signal.SIGTERM, signal.SIGHUP)}
-    try:
-        yield
-    finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+    return _signals_set((signal.SIGTERM, signal.SIGHUP), _raise_stopped)
+
+
+def _signals_held() -> contextlib.AbstractContextManager[None]:
+    """Ignore the stop signals while cleaning up; restore them after."""
+    return _signals_set(STOP_SIGNALS, signal.SIG_IGN)
 
 
 @contextlib.contextmanager
-def _signals_held() -> Iterator[None]:
-    """Ignore the stop signals while cleaning up; restore them after."""
-    previous = {s: signal.signal(s, signal.SIG_IGN) for s in STOP_SIGNALS}
+def _signals_set(
+    signals: tuple[signal.Signals, ...], handler: signal.Handlers | Callable[[int, FrameType | None], None]
+) -> Iterator[None]:
+    """`handler` for `signals` inside the block, the handlers before it restored after."""
+    previous = {s: signal.signal(s, handler) for s in signals}
     try:
         yield
     finally:
-        for s, handler in previous.items():
-            signal.signal(s, handler)
+        for s, before in previous.items():
+            signal.signal(s, before)
 
 
 @contextlib.contextmanager
