@@ -160,8 +160,8 @@ class GpuRecord:
 
     def _named_wins(self, unit: str, worked_out: GpuRef | None) -> bool:
         """Whether the GPU the kernel named for a rank's process stands over the one worked out from the unit's
-        command: when that one has no bus id, or the unit's CUDA_VISIBLE_DEVICES is not known (no D-Bus: the
-        worked-out GPU assumes device N is GPU N)."""
+        command: when that one has no bus id (always so when the unit's CUDA_VISIBLE_DEVICES is not known: `_known`),
+        or the unit's CUDA_VISIBLE_DEVICES is not known."""
         return worked_out is None or not worked_out.bus_id or unit not in self.visible
 
     # --- what others read ----------------------------------------------------------------------------------------
