@@ -16,13 +16,13 @@ expected). The real corpus (`../shared/corpus/real`) has the same fields except 
 from __future__ import annotations
 
 import argparse
-import contextlib
-import io
 import json
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from support.explaining import explain_each
 
 
 @dataclass
@@ -60,18 +60,9 @@ def labels(folder: Path) -> list[dict[str, Any]]:
 
 def explain_json(paths: list[Path]) -> dict[str, dict[str, Any]]:
     """`crashdoc explain --json` over the logs through the real entry point: {file name: its document}."""
-    from crashdoc.cli import main
-
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["explain", "--json", *map(str, paths)])
+    status, docs = explain_each(paths)
     if status not in (0, 1):  # 1: a failure found in some log; 3 (a log not read) or 4 (no library) is wrong here
         raise RuntimeError(f"crashdoc explain exited {status}")
-    docs: dict[str, dict[str, Any]] = {}
-    for line in out.getvalue().splitlines():
-        if line.strip():
-            doc = json.loads(line)
-            docs[Path(doc.get("file", paths[0].name)).name] = doc
     return docs
 
 

@@ -8,17 +8,14 @@ the shipped library; the healthy logs must give no diagnosis at all.
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
-from pathlib import Path
 from typing import Any
 
 import pytest
 
-from crashdoc.cli import main
 from crashdoc.matching.library import builtin_signature_dirs, load_library
 from support.corpus import corpus_dir
+from support.explaining import explain_each
 
 CORPUS = corpus_dir()
 LABELS = CORPUS / "labels.jsonl"
@@ -43,15 +40,8 @@ def explained() -> dict[str, list[dict[str, Any]]]:
     `crashdoc explain --json A B ...` prints one JSON object per file, so the library is loaded
     once for the whole corpus instead of once per log.
     """
-    paths = [str(CORPUS / r["file"]) for r in ROWS]
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["explain", "--json", *paths])
-    results: dict[str, list[dict[str, Any]]] = {}
-    for line in out.getvalue().splitlines():
-        if line.strip():
-            obj = json.loads(line)
-            results[Path(obj["file"]).name] = obj["diagnoses"]
+    status, docs = explain_each([CORPUS / r["file"] for r in ROWS])
+    results = {name: doc["diagnoses"] for name, doc in docs.items()}
     # the worst over the files: 1 when any failure was found (the corpus holds failures), never 3 (all read)
     assert status == (1 if any(results.values()) else 0), f"crashdoc explain exited {status}"
     assert set(results) == {r["file"] for r in ROWS}, "explain did not report every file"

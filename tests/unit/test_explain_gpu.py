@@ -3,14 +3,11 @@ point: hardware when the order says so, the software diagnosis (with the GPU lin
 
 from __future__ import annotations
 
-import contextlib
-import io
-import json
 from datetime import datetime
 from pathlib import Path
 from typing import Any
 
-from crashdoc.cli import main
+from support.explaining import explain as explain_text
 from support.gpu_faults import (
     CUDA_GRAPH_TRACEBACK,
     DEVICE_GONE,
@@ -38,15 +35,7 @@ XID79 = [
 
 
 def explain(tmp_path: Path, lines: list[str], *, as_json: bool = True) -> Any:
-    path = tmp_path / "pasted.log"
-    path.write_text("\n".join(lines) + "\n", encoding="utf-8")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["explain", *(["--json"] if as_json else []), str(path)])
-    result = json.loads(out.getvalue()) if as_json else out.getvalue()
-    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
-    assert status == (1 if failed else 0)  # the exit status scripts read: 1 a failure found, 0 none
-    return result
+    return explain_text(tmp_path, "\n".join(lines) + "\n", as_json=as_json)
 
 
 def only(tmp_path: Path, lines: list[str]) -> dict[str, Any]:

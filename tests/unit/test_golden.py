@@ -15,13 +15,13 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.cli import main
 from crashdoc.events import HostGpus
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
 from crashdoc.sources.kernel_gpu import KernelGpuReader
 from crashdoc.sources.nvidia_gpus import read_gpu_map
 from support.corpus import corpus_dir
 from support.engine_driver import Host
+from support.explaining import explain_file
 from support.golden import Golden
 from support.gpu_faults import FIXTURE_ROOT, xid
 from support.journal_files import TRACEBACK as DSV4_TRACEBACK
@@ -31,25 +31,17 @@ CORPUS = corpus_dir()
 CONCLUSION = ("signature", "title", "category", "severity", "flags", "fingerprint")
 
 
-def explain_json(path: Path, capsys: pytest.CaptureFixture[str]) -> dict:
-    capsys.readouterr()
-    status = main(["explain", "--json", str(path)])
-    doc = json.loads(capsys.readouterr().out)
-    assert status == (1 if doc["diagnoses"] else 0)  # 1: a failure found, 0: none
-    return doc
-
-
 @pytest.mark.parametrize("name", sorted(p.name for p in LOGS.glob("*.log")))
-def test_explain_json_of_the_fixture_logs(name: str, golden: Golden, capsys: pytest.CaptureFixture[str]) -> None:
-    out = explain_json(LOGS / name, capsys)
+def test_explain_json_of_the_fixture_logs(name: str, golden: Golden) -> None:
+    out = explain_file(LOGS / name)
     golden.check(f"explain/{name}.json", json.dumps(out, indent=1, ensure_ascii=False) + "\n")
 
 
 @pytest.mark.skipif(not CORPUS.is_dir(), reason="the real-log corpus (../shared/corpus/real) is not here")
-def test_explain_json_of_the_real_corpus(golden: Golden, capsys: pytest.CaptureFixture[str]) -> None:
+def test_explain_json_of_the_real_corpus(golden: Golden) -> None:
     conclusions = {}
     for path in sorted(CORPUS.glob("*.log")):
-        diagnoses = explain_json(path, capsys)["diagnoses"]
+        diagnoses = explain_file(path)["diagnoses"]
         conclusions[path.name] = [
             {
                 **{k: d.get(k) for k in CONCLUSION},

@@ -30,6 +30,7 @@ from crashdoc.events import KINDS, Lifecycle
 from crashdoc.matching.library import builtin_signature_dirs, load_bytes, load_library
 from crashdoc.matching.matcher import Matcher
 from support.engine_driver import Host
+from support.explaining import explain
 
 FIXTURES = Path(__file__).parents[1] / "fixtures" / "judgement"
 
@@ -69,19 +70,6 @@ SEGFAULT = (FIXTURES / "native-segfault.log").read_text(encoding="utf-8")
 DSV4_LINE = "ValueError: DeepSeek V4 HiCache currently does not support --hicache-size; use --hicache-ratio instead."
 
 
-def explain(tmp_path: Path, text: str, *, as_json: bool = True) -> Any:
-    """`crashdoc explain [--json] FILE`, through the real entry point."""
-    path = tmp_path / "pasted.log"
-    path.write_text(text, encoding="utf-8")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["explain", *(["--json"] if as_json else []), str(path)])
-    result = json.loads(out.getvalue()) if as_json else out.getvalue()
-    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
-    assert status == (1 if failed else 0)  # the exit status scripts read: 1 a failure found, 0 none
-    return result
-
-
 # --- pasted logs in every shape ------------------------------------------------------------------------------
 
 
@@ -107,12 +95,23 @@ def _fenced(text: str) -> str:
     return "```text\n" + text + "```\n"
 
 
+def _docker_json(text: str) -> str:
+    """docker's json-file driver: one JSON record per line, the program's line (colours and all) in `log`."""
+    return "".join(
+        json.dumps({"log": f"\x1b[0m{line}\n", "stream": "stderr", "time": f"2026-06-10T09:12:02.{i:06d}Z"}) + "\n"
+        for i, line in enumerate(text.splitlines())
+    )
+
+
 SHAPES = {
     "as logged": lambda text: text,
     "quoted with > in a ticket": _quoted,
     "GitHub Actions timestamps": _prefixed("2026-06-10T09:12:02.1234567Z "),
     "kubectl logs --timestamps": _prefixed("2026-06-10T09:12:02.123456789Z "),
     "docker compose column": _prefixed("sglang-decode-1  | "),
+    "docker json-file records": _docker_json,
+    "container runtime log file (CRI)": _prefixed("2026-06-10T09:12:02.123456789Z stderr F "),
+    "a Python wrapper's logging column": _prefixed("2026-06-10 09:12:02,123 - __main__ - INFO - "),
     "kubectl logs --prefix": _prefixed("[pod/sglang-decode-0/sglang] "),
     "indentation stripped by a chat": _unindented,
     "cut mid-traceback and unindented": lambda text: _unindented(_mid_traceback(text)),

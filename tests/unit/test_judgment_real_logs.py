@@ -7,8 +7,6 @@ says what each one is) and built here from them; `support.scoring` scores the wh
 
 from __future__ import annotations
 
-import contextlib
-import io
 import json
 import threading
 from pathlib import Path
@@ -16,7 +14,6 @@ from typing import Any
 
 import pytest
 
-from crashdoc.cli import main
 from crashdoc.diagnosis.engine import Engine
 from crashdoc.events import BAD_REQUEST, KINDS, Lifecycle, LifecycleRecord, LogLine
 from crashdoc.matching.derived import load_shipped
@@ -24,6 +21,7 @@ from crashdoc.matching.library import builtin_signature_dirs, load_library
 from crashdoc.matching.matcher import Matcher
 from crashdoc.sources.routerlog import parse_router_line, worker_urls
 from crashdoc.sources.textlog import parse_text
+from support.explaining import explain, first
 from support.scoring import score_folder
 
 AUTHORED = Path(__file__).parents[1] / "fixtures" / "authored"
@@ -32,24 +30,6 @@ SO = "/opt/venv/lib/python3.11/site-packages/sgl_kernel/common_ops.abi3.so"
 
 def log(name: str) -> str:
     return (AUTHORED / name).read_text(encoding="utf-8")
-
-
-def explain(tmp_path: Path, text: str, *, as_json: bool = True) -> Any:
-    path = tmp_path / "pasted.log"
-    path.write_text(text, encoding="utf-8")
-    out = io.StringIO()
-    with contextlib.redirect_stdout(out):
-        status = main(["explain", *(["--json"] if as_json else []), str(path)])
-    result = json.loads(out.getvalue()) if as_json else out.getvalue()
-    failed = bool(result["diagnoses"]) if as_json else not result.startswith("No failure found.")
-    assert status == (1 if failed else 0)  # the exit status scripts read: 1 a failure found, 0 none
-    return result
-
-
-def first(tmp_path: Path, text: str) -> dict[str, Any]:
-    diagnoses = explain(tmp_path, text)["diagnoses"]
-    assert diagnoses, "no diagnosis"
-    return diagnoses[0]
 
 
 def changes(d: dict[str, Any]) -> dict[str, str | None]:

@@ -43,6 +43,11 @@ _FATAL_SKIP = ("Python runtime state:", "  <no Python frame>", "Stack (most rece
 _EXC_LINE = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
 _WRAPPER = re.compile(r"(?P<who>[\w.]+) hit an exception: ?$")
 _REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]")
+# The first line of another logger's record: c10/glog (`[W1002 09:05:41.123 ProcessGroupNCCL.cpp:1479]`,
+# `E1118 07:47:06.214117  2349 rdma_context.cpp:63]`) or a Python warning (`/x/y.py:224: UserWarning: ...`)
+_RECORD_START = re.compile(
+    r"\[?[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?[\w./-]+:\d+\]|/\S+\.py:\d+: [A-Z]\w*Warning: "
+)
 
 _EMPTY: tuple[Traceback, ...] = ()
 
@@ -282,6 +287,12 @@ class TracebackAssembler:
             self._append_text(state, text)
             return []
         if state.phase == "message":
+            if _RECORD_START.match(body):
+                # another logger's record (torch's `[rank0]:[W1002 09:05:41.1 ProcessGroupNCCL.cpp:1479] ...`, glog's
+                # `E1118 07:47:06.2 2349 file.cpp:63]`, a Python warning) ends the message like SGLang's prefix does
+                done = self._finish(self._pending.pop(key))
+                restarted = self._feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+                return [done, *restarted] if done is not None else list(restarted)
             if body in CHAIN_MARKERS:
                 self._close_exception(state)
                 state.phase = "gap"
@@ -375,6 +386,12 @@ class TracebackAssembler:
                 lines.pop(0)
             lines[0] = lines[0].strip()
             state.exc_line = f"{state.exc_type}: {lines[0]}" if state.exc_type else lines[0]
+        elif not "".join(lines).strip() and state.exc_type.endswith("AssertionError") and state.frames:
+            # a bare `assert self.total_num_heads % tp_size == 0` prints "AssertionError" alone: the condition that
+            # failed, from the frame's source line, is what it says (the printed line stays as it was)
+            code = state.frames[-1].code
+            if code.startswith("assert ") and len(code) > len("assert ("):
+                lines = [code]
         state.chain.append(
             ExceptionInfo(
                 type=state.exc_type,

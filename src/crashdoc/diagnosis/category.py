@@ -43,6 +43,14 @@ _BY_MESSAGE: tuple[tuple[str, str], ...] = (
     ("quantiz", "quantization"),
     ("speculative", "speculative"),
     ("disaggregation", "disaggregation"),
+    # a parallel size that does not fit the model or the machines (`tp_size must be divisible by number of nodes`,
+    # `assert self.total_num_heads % tp_size == 0`): after the subsystems above, which name a TP size in passing
+    ("tp_size", "parallelism"),
+    ("tensor parallel", "parallelism"),
+    ("tensor_parallel", "parallelism"),
+    ("pipeline parallel", "parallelism"),
+    ("pp_size", "parallelism"),
+    ("ep_size", "parallelism"),
 )
 # (module fragment, category), most specific first
 _BY_MODULE: tuple[tuple[str, str], ...] = (
@@ -50,6 +58,12 @@ _BY_MODULE: tuple[tuple[str, str], ...] = (
     ("mem_cache.hiradix", "hicache"),
     ("mem_cache.hybrid_cache", "hicache"),
     ("hicache", "hicache"),
+    # HiCache's host pools (mem_cache/pool_host/, 0.4.x memory_pool_host.py), its storage backends (the L3 tier:
+    # mem_cache/storage/) and its controller (managers/cache_controller.py) before the generic mem_cache
+    ("mem_cache.pool_host", "hicache"),
+    ("memory_pool_host", "hicache"),
+    ("mem_cache.storage", "hicache"),
+    ("cache_controller", "hicache"),
     ("disaggregation", "disaggregation"),
     ("speculative", "speculative"),
     ("eagle", "speculative"),
@@ -136,12 +150,17 @@ def native_subsystem(text: str) -> str | None:
     return None
 
 
+_IMPORT_ERRORS = ("ImportError", "ModuleNotFoundError")
+
+
 def guess_category(exc: ExceptionInfo) -> str:
     short = exc.short_type
     for name, category in _BY_TYPE:
         if short == name:
             return category
     message = exc.message[:2000]
+    if not message.strip() and exc.frames and exc.frames[-1].code:
+        message = exc.frames[-1].code  # a bare `assert self.total_num_heads % tp_size == 0`: its line says what
     if len(set(_FLAG_NAMES.findall(message))) >= 2 and _CONFLICT.search(message):
         return "flag-conflict"
     native = native_subsystem(message)
@@ -151,7 +170,10 @@ def guess_category(exc: ExceptionInfo) -> str:
     for fragment, category in _BY_MESSAGE:
         if fragment in message or (fragment.islower() and fragment in low):
             return category
+    importing = short in _IMPORT_ERRORS
     for frame in reversed(exc.frames):
+        if importing and frame.function == "<module>":
+            continue  # `from sgl_kernel import ...` at a module's top: the importer is not what failed
         module = frame_module(frame)
         if "sglang" not in module and "transformers" not in module and "torch.distributed" not in module:
             continue

@@ -417,8 +417,8 @@ class Engine:
                 continue
             for rank, diagnosis in enumerate(self.reporter.crash_diagnoses(rec)):
                 result.append(((1, rank, -diagnosis.crashes), diagnosis))
-            for diagnosis in self.reporter.line_diagnoses(rec):
-                result.append(((2, 0, -diagnosis.crashes), diagnosis))
+            for rank, diagnosis in enumerate(self.reporter.line_diagnoses(rec)):  # the most telling first
+                result.append(((2, rank, 0), diagnosis))
         result.sort(key=lambda item: (item[0][0], _SEVERITY_ORDER.get(item[1].severity, 3), item[0][2], item[0][1]))
         return [d for _, d in result]
 

@@ -145,23 +145,43 @@ class Reporter:
         return [self.crash(rec, run, f, crashes=n, confidence=1.0) for f, run, n in groups.values()]
 
     def line_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
-        """Failures line-level signatures saw that did not end the process (or were not the crash's cause)."""
+        """Critical failures line-level signatures saw in runs they did not end (a router with no healthy worker
+        left fails every request while it runs). A crashed run's critical lines are its root cause or its
+        evidence; warning-level lines are `line_warnings`. The most specific first (a worker's registration that
+        failed before the router's "no available workers"), then the first seen (the later ones follow from it)."""
+        groups = sorted(self._line_groups(rec, True), key=lambda g: -(g[0].match.score if g[0].match else 0))
+        return [self.build(rec, run, f, crashes=n, confidence=1.0) for f, run, n in groups]
+
+    def line_warnings(self, rec: UnitRecord) -> list[Diagnosis]:
+        """Warning-level failures that line signatures saw (one KV transfer that failed, a health check a busy
+        server missed): the process carried on, so they are warnings like the tracebacks it survived, never a
+        failure of the unit (`crashdoc_line_failures_total` counts them as they arrive)."""
+        out: list[Diagnosis] = []
+        for finding, run, count in self._line_groups(rec, False):
+            d = self.build(rec, run, finding, crashes=count, confidence=1.0)
+            how = LINE_CRASHED if run.crashed else LINE_WENT_ON
+            out.append(replace(d, crashes=count, severity="warning", handled=how))
+        return out
+
+    def _line_groups(self, rec: UnitRecord, critical: bool) -> list[tuple[Finding, Run, int]]:
+        """The unit's line findings of one severity class, one per signature: (finding, its run, times seen)."""
         matcher = self.matcher()
         found: dict[str, tuple[Finding, Run, int]] = {}
         for run in rec.runs.values():
             for finding in line_findings(run, matcher):
-                if run.crashed and finding.match is not None:
-                    sig = matcher.library.get(finding.match.signature_id)
-                    if sig is not None and sig.severity == "critical":
-                        continue  # already the crash's root cause or its evidence
+                sig = matcher.library.get(finding.match.signature_id) if finding.match is not None else None
+                is_critical = sig is not None and sig.severity == "critical"
+                if is_critical != critical or (critical and run.crashed):
+                    continue
                 key = finding.signature_id or finding.fingerprint
                 count = found[key][2] + len(finding.processes) if key in found else len(finding.processes)
                 found[key] = (finding, run, count)
-        return [self.build(rec, run, f, crashes=n, confidence=1.0) for f, run, n in found.values()]
+        return list(found.values())
 
     def warnings(self, rec: UnitRecord) -> list[Diagnosis]:
-        """The tracebacks the unit's runs survived, one per error. A traceback SGLang logged as handled is
-        left out when its run then died with nothing else to show: it is that crash's root cause."""
+        """The tracebacks the unit's runs survived, one per error, then its warning-level line failures. A
+        traceback SGLang logged as handled is left out when its run then died with nothing else to show: it is
+        that crash's root cause."""
         out: list[Diagnosis] = []
         matcher = self.matcher()
         groups: dict[str, tuple[Handled, Run, int, list[str]]] = {}
@@ -195,7 +215,11 @@ class Reporter:
             # crashes: times seen, not crashes of a loop
             kind = BAD_REQUEST if h.request else d.kind
             out.append(replace(d, crashes=count, severity="warning", handled=h.reason, kind=kind))
-        return out
+        return out + self.line_warnings(rec)
+
+
+LINE_WENT_ON = "SGLang logged this failure and the process went on running"
+LINE_CRASHED = "SGLang logged this failure and went on; it is not what ended the run"
 
 
 def _run_of(rec: UnitRecord, finding: Finding | None) -> Run | None:

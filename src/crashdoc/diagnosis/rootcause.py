@@ -27,7 +27,7 @@ from crashdoc.diagnosis.run import LineHit, Run, request_record
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher
-from crashdoc.sources.routerlog import worker_urls
+from crashdoc.sources.routerlog import parse_router_line, worker_urls
 
 ROOT_WINDOW_SECONDS = 120.0
 _CONSEQUENCE_TYPES = ("KeyboardInterrupt", "SystemExit", "CancelledError", "BrokenPipeError")
@@ -223,18 +223,29 @@ def judge_lone(inv: Run, matcher: Matcher) -> None:
 
 def _line_finding(hit: LineHit) -> Finding:
     """A failure a line-level signature saw, as a root cause: the line is its evidence."""
+    said = line_message(hit.match.line)
     finding = Finding(
         kind="line",
         fingerprint=fingerprint_text(hit.match.signature_id, hit.match.line),
         type="",
-        message=hit.match.line,
-        line=hit.match.line,
+        message=said,
+        line=said,
         match=hit.match,
         category_guess=_line_category(hit.match.line),
         timestamp=hit.line.timestamp,
     )
     finding.evidence.append(hit.line.text.strip()[:300])
     return finding
+
+
+def line_message(line: str) -> str:
+    """What a failure line says, without the writer's stamp: SGLang's `[time rank] ` prefix, or the router
+    record's time, level, module and source file (the evidence keeps the whole line)."""
+    prefixed, _, body = split_prefix(line)
+    if prefixed:
+        return body.strip() or line
+    record = parse_router_line(line)
+    return record.message.strip() if record is not None and record.message.strip() else line
 
 
 def _line_category(line: str) -> str:
@@ -282,12 +293,13 @@ def line_findings(inv: Run, matcher: Matcher) -> list[Finding]:
             continue
         if sig_id.startswith(_ROUTER):
             workers = _router_workers(inv)
+        said = line_message(hit.match.line)
         seen[sig_id] = Finding(
             kind="line",
             fingerprint=fingerprint_text(sig_id, hit.match.line),
             type="",
-            message=hit.match.line,
-            line=hit.match.line,
+            message=said,
+            line=said,
             match=hit.match,
             category_guess=_line_category(hit.match.line),
             timestamp=hit.line.timestamp,

@@ -122,9 +122,10 @@ class Run:
             return False
         if self.exit_code is not None:
             return not (self.exit_code == "exited" and self.exit_status in ("0", "SUCCESS"))
-        # a pasted log: a fatal traceback, a failure stated by a lone line, or failure lines (NCCL's watchdog)
-        # and then SGLang's teardown
-        return bool(self.tracebacks) or bool(self.lone) or (self.tore_down and bool(self.line_hits))
+        # a pasted log: a fatal traceback (a KeyboardInterrupt alone is the operator's Ctrl-C: a stop), a failure
+        # stated by a lone line, or failure lines (NCCL's watchdog) and then SGLang's teardown
+        fatal = any(tb.final.short_type != "KeyboardInterrupt" for tb in self.tracebacks)
+        return fatal or bool(self.lone) or (self.tore_down and bool(self.line_hits))
 
     @property
     def lifetime(self) -> float | None:

@@ -6,7 +6,8 @@ text has no PIDs: it is read as one stream, which is how SGLang's own log files 
 
 Logs reach a ticket or a chat in other shapes too, and each is undone before parsing
 (`normalize`): `> ` quote markers, an outer column that a CI runner, `kubectl logs
---timestamps`, `docker logs -t` or docker compose put in front of SGLang's own line, code
+--timestamps`, `docker logs -t`, docker compose, a container runtime's log file or a Python
+wrapper's `logging` put in front of SGLang's own line, docker's JSON log records, code
 fences, and tracebacks whose indentation the chat stripped. A paste holding only the
 exception line is read as a traceback without frames, so the diagnosis can say it matched
 on the message alone. None of this applies to the journal: the daemon trusts only what
@@ -16,6 +17,7 @@ journald recorded.
 from __future__ import annotations
 
 import errno
+import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -125,10 +127,37 @@ _FENCE = re.compile(r"^\s*(?:```|~~~)[\w+-]*\s*$")
 # Outer columns in front of the program's own line, each with the note that names it. The column is only
 # removed when most lines carry it (a log line may well start with a date of its own).
 _COLUMNS: tuple[tuple[str, re.Pattern[str]], ...] = (
+    # a container runtime's own log file (CRI, /var/log/containers/*.log): `<RFC 3339> stderr F ` before the line
+    (
+        "container runtime's log column",
+        re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d) (?:stdout|stderr) [FP] "),
+    ),
     # GitHub Actions, GitLab, `kubectl logs --timestamps`, `docker logs -t`: RFC 3339 with a zone, then a space
     ("CI/kubectl timestamps", re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)(?: |$)")),
+    # a log viewer's export (Grafana/Loki, stern, a collector's file): `2026-04-11 14:20:01.337 | ` before the line
+    (
+        "log viewer's timestamp column",
+        re.compile(r"^\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?(?:Z|[+-]\d\d:?\d\d)? +\| ?"),
+    ),
+    # a job runner's bracketed timestamp, often with the host and `>>` (RL frameworks' log aggregation):
+    # `[2026-01-09T10:42:17+08:00] worker-3 >> `; SGLang's own prefix has a space where this has the `T`
+    (
+        "bracketed timestamp column",
+        re.compile(r"^\[\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)?\] (?:(?P<who>[\w.:-]+) >> )?"),
+    ),
+    # a Python wrapper that logs each line of its child through `logging` (`%(asctime)s - %(name)s - %(levelname)s -
+    # %(message)s`): `2025-03-08 02:04:48,693 - __main__ - INFO - `
+    (
+        "Python logging column",
+        re.compile(
+            r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} - (?:[\w.<>-]+ - )?(?:DEBUG|INFO|WARNING|ERROR|CRITICAL) - "
+        ),
+    ),
     # docker compose: `service-1  | `
     ("docker compose service column", re.compile(r"^(?P<who>[A-Za-z0-9][\w.-]*)\s+\| ?")),
+    # a launcher that prefixes each process's lines with its PID or local rank (torchrun's `--tee`, `[default0]:`;
+    # a wrapper's `[80746] `): each is a process of its own
+    ("per-process prefix", re.compile(r"^\[(?P<who>\d{2,7}|default\d{1,3})\](?:: ?| )")),
     # `kubectl logs --prefix`: `[pod/name/container] `
     ("kubectl --prefix column", re.compile(r"^\[(?P<who>pod/[^\]\s]+)\] ")),
 )
@@ -152,6 +181,9 @@ def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
     """
     notes: list[str] = []
     lines = [line for line in lines if not _FENCE.match(line)]
+    lines, note = _unwrap_log_records(lines)
+    if note is not None:
+        notes.append(note)
     pids = [0] * len(lines)
     plain = detect_format(lines) == "plain"  # a journalctl paste has no outer column, and no quotes to undo
     for _ in range(4):
@@ -183,6 +215,26 @@ def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
         lines = _reindent(lines)
         notes.append("restored the indentation of traceback frames")
     return lines, pids, notes
+
+
+def _unwrap_log_records(lines: list[str]) -> tuple[list[str], str | None]:
+    """docker's json-file driver keeps each line as `{"log": "...\\n", "stream": "stderr", "time": "..."}` (a
+    node's /var/lib/docker/containers/*/*-json.log, a log shipper's export): the program's line is the `log` field."""
+    body = [line for line in lines if line.strip()]
+    if not body or sum(1 for line in body if line.lstrip().startswith('{"log"')) < max(1, int(len(body) * 0.6)):
+        return lines, None
+    out: list[str] = []
+    for line in lines:
+        try:
+            record = json.loads(line) if line.lstrip().startswith("{") else None
+        except ValueError:
+            record = None
+        text = record.get("log") if isinstance(record, dict) else None
+        if not isinstance(text, str):
+            out.append(line)
+            continue
+        out.extend(clean(part[:MAX_LINE_CHARS]) for part in (text.rstrip("\n").split("\n")))
+    return out, "read the `log` field of docker's JSON log records"
 
 
 # Ray prints each worker's output behind the actor and its PID: `(SGLangEngine pid=4711) File ...`,

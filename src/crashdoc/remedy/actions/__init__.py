@@ -15,10 +15,12 @@ from collections.abc import Mapping
 from crashdoc.diagnosis.report import UnitContext
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.events import Fix
+from crashdoc.remedy.actions.choices import invalid_choice_action
 from crashdoc.remedy.actions.collective import collective_timeout_action, gloo_timeout_action
 from crashdoc.remedy.actions.common import Action, Inputs
 from crashdoc.remedy.actions.environment import missing_package_action, version_action
 from crashdoc.remedy.actions.faults import kernel_fault_action
+from crashdoc.remedy.actions.graphs import compile_in_capture_action
 from crashdoc.remedy.actions.hicache import host_pool_action
 from crashdoc.remedy.actions.memory import (
     graph_capture_action,
@@ -27,8 +29,15 @@ from crashdoc.remedy.actions.memory import (
     parse_oom,
     weight_load_action,
 )
-from crashdoc.remedy.actions.parallel import fp8_block_action, moe_block_action, pd_tp_action, tp_above_gpus_action
+from crashdoc.remedy.actions.parallel import (
+    fp8_block_action,
+    moe_block_action,
+    pd_tp_action,
+    tp_above_gpus_action,
+    tp_divides_action,
+)
 from crashdoc.remedy.actions.pools import fraction_up_action, req_slots_action, token_pool_action
+from crashdoc.remedy.actions.quant import capability_action
 
 __all__ = ["Action", "Inputs", "apply_action", "compute", "refine"]
 
@@ -40,6 +49,12 @@ _MEMORY_PHASES = {
 }
 _GRAPH = ("torch-oom-cuda-graph-capture", "cuda-graph-capture-oom", "cuda-graph-eagle-draft-capture-failed")
 _WEIGHT_LOAD = {"torch-oom-weight-load": False, "torch-oom-transformers-fallback": True}
+_CAPTURE_FAILED = (
+    "cuda-graph-capture-failed",
+    "cuda-graph-capture-failed-legacy",
+    "cuda-graph-eagle-draft-capture-failed",
+    "piecewise-cuda-graph-capture-failed",
+)
 _COLLECTIVE = ("nccl-collective-timeout", "nccl-watchdog-terminated", "nccl-dist-backend-abort")
 _KERNEL_FAULTS = {
     "cuda-illegal-memory-access": "illegal memory access",
@@ -73,6 +88,8 @@ def compute(inputs: Inputs, signature: str | None, captures: Mapping[str, str]) 
         return memory_fraction_action(
             inputs, oom, _MEMORY_PHASES[signature], pool=signature == "torch-oom-kv-pool-alloc"
         )
+    if signature in _CAPTURE_FAILED and parse_oom(message) is None:
+        return compile_in_capture_action(inputs)
     if signature == "nccl-watchdog-terminated":
         reason = captures.get("reason", "")
         for text, what in (
@@ -102,6 +119,10 @@ def _runtime(inputs: Inputs, signature: str, captures: Mapping[str, str]) -> Act
     """The runtime families of parallel layouts, pools and host memory (parallel, pools, hicache)."""
     if signature == "tp-size-above-visible-gpus":
         return tp_above_gpus_action(inputs)
+    if signature == "argparse-invalid-choice":
+        return invalid_choice_action(inputs, captures)
+    if signature == "tp-size-does-not-divide":
+        return tp_divides_action(inputs, captures)
     if signature == "fp8-block-size-vs-tp":
         return fp8_block_action(inputs, captures)
     if signature == "quant-moe-block-size-vs-tp-ep":
@@ -118,6 +139,8 @@ def _runtime(inputs: Inputs, signature: str, captures: Mapping[str, str]) -> Act
         return req_slots_action(inputs)
     if signature == "hicache-host-memory-short":
         return host_pool_action(inputs, captures)
+    if signature == "quant-gpu-capability-too-low":
+        return capability_action(inputs, captures)
     if signature == "kv-pool-not-enough-memory":
         return fraction_up_action(inputs, dict(captures))
     return None

@@ -70,7 +70,11 @@ class Inputs:
             return tp, f"--tp-size {tp}"
         ranks = self.ranks
         if ranks:
-            return ranks, f"{ranks} TP rank{'s' if ranks > 1 else ''} in the log"
+            # a paste of some ranks (TP8-TP14 of a two-node TP16) shows a lower bound: TP sizes are powers of two
+            size = 1 << (ranks - 1).bit_length()
+            if size == ranks:
+                return ranks, f"{ranks} TP rank{'s' if ranks > 1 else ''} in the log"
+            return size, f"TP{ranks - 1} in the log: at least {ranks} ranks, --tp-size {size} taken (a power of two)"
         return 1, "no --tp-size known: 1 assumed"
 
     def int_flag(self, flag: str, default: int) -> int:

@@ -209,3 +209,38 @@ def pd_tp_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None:
         changes=[FlagChange("set", "--tp-size", str(new))],
         why=why,
     )
+
+
+def tp_divides_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None:
+    """A dimension split over the TP ranks does not divide by --tp-size: the message's own numbers (`40 is not
+    divisible by 16`) give the TP sizes that divide it; a bare `assert total_num_heads % tp_size == 0` gives none,
+    and the largest power of two below the current size divides the heads of almost every model."""
+    size, said_tp = as_int(captures.get("size")), as_int(captures.get("tp"))
+    tp, tp_text = inputs.tp_size()
+    if said_tp and "--tp-size" not in inputs.flags:
+        tp, tp_text = said_tp, f"TP {said_tp} (the message)"
+    if tp <= 1:
+        return None
+    if size:
+        fits = [t for t in range(tp - 1, 0, -1) if size % t == 0]
+        powers = [t for t in fits if t & (t - 1) == 0]
+        new = (powers or fits)[0]
+        why = [
+            f"{size} does not divide by {tp_text} ({size} / {tp} = {size / tp:.2f}).",
+            f"TP sizes below {tp} that divide {size}: {', '.join(str(t) for t in fits)}; "
+            f"the largest power of two among them is {new}.",
+        ]
+    else:
+        what = captures.get("what", "the heads")
+        new = _power_of_two_at_most(tp - 1)
+        why = [
+            f"The model asserts `{what} % tp_size == 0` and fails with {tp_text}.",
+            f"Head counts are multiples of a power of two for almost every model: the largest power of two below "
+            f"{tp} is {new}; check `num_attention_heads` and `num_key_value_heads` in the model's config.json.",
+        ]
+    return Action(
+        summary=f"use `--tp-size {new}` (now {tp}): the model's split across TP ranks must divide evenly",
+        changes=[FlagChange("set", "--tp-size", str(new))],
+        why=why,
+        warnings=[f"--tp-size {new} puts {tp / new:.2g}x the weights on each GPU: check the model still fits."],
+    )
