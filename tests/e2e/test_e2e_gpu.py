@@ -23,7 +23,14 @@ import pytest
 from crashdoc.outputs.alerts import ALERTNAME
 from crashdoc.outputs.journal_records import MESSAGE_ID_LOOP_STARTED
 from support.e2e import CRASHDOC, Crashdoc, free_port, journal_json, start_crashdoc, wait_for
-from support.gpu_faults import FIXTURE_ROOT, ILLEGAL_RUN, illegal_access_run, xid79_first_run, xid79_second_run
+from support.gpu_faults import (
+    FIXTURE_ROOT,
+    HARDWARE_ALERT_LABELS,
+    ILLEGAL_RUN,
+    illegal_access_run,
+    xid79_first_run,
+    xid79_second_run,
+)
 from support.journal_files import AT, line, needs_journal_remote, write_journal
 from support.monitoring import Alertmanager, Webhook, needs_alertmanager
 
@@ -143,17 +150,10 @@ def test_an_xid_79_on_tp3s_gpu_then_the_loop_is_hardware_drain_and_the_same_loop
         assert alert["labels"] == {
             "alertname": ALERTNAME,
             "unit": BROKEN,
-            "signature": "gpu-fault-bus",
             "severity": "critical",
             "instance": "gpu-017",
             "subsystem": d["category"],
-            "kind": "hardware",
-            "oncall": "hardware",
-            "gpu": "6",
-            "bus_id": "0000:c1:00.0",
-            "xid": "79",
-            "rank": "TP3",
-            "action": "drain",
+            **HARDWARE_ALERT_LABELS,
         }
         assert alert["annotations"]["summary"].startswith(f"{BROKEN}: drain the node: Xid 79")
         assert alert["annotations"]["runbook_url"] == f"{RUNBOOK_BASE}/runbook/gpu-fault-bus"

@@ -31,6 +31,9 @@ T0 = 1_800_000_000.0  # the crash loop's clock (seconds since the epoch)
 # crashdoc_gpu_fault_info's labels for an Xid 79 on TP3's GPU of the fixture host (GPU 6, 0000:c1:00.0)
 FAULT_LABELS = {"unit": UNIT, "signature": "gpu-fault-bus", "xid": "79", "gpu": "6", "bus_id": "0000:c1:00.0",
                 "rank": "TP3", "action": "drain"}  # fmt: skip
+# the routing labels of crashdoc's pushed alert for that fault (with alertname, unit, instance, severity, subsystem)
+HARDWARE_ALERT_LABELS = {"signature": "gpu-fault-bus", "kind": "hardware", "oncall": "hardware", "gpu": "6",
+                         "bus_id": "0000:c1:00.0", "xid": "79", "rank": "TP3", "action": "drain"}  # fmt: skip
 
 
 def xid(code: int, detail: str, bus: str = "0000:c1:00", pid: int | str | None = None, name: str = "python3") -> str:

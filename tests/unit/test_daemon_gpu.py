@@ -19,7 +19,15 @@ from crashdoc.outputs.alerts import AlertSender
 from crashdoc.runtime.build import build
 from crashdoc.runtime.daemon import Daemon
 from support.e2e import free_port, wait_for
-from support.gpu_faults import FAULT_LABELS, FIXTURE_ROOT, T0, kernel, xid79_first_run, xid79_second_run
+from support.gpu_faults import (
+    FAULT_LABELS,
+    FIXTURE_ROOT,
+    HARDWARE_ALERT_LABELS,
+    T0,
+    kernel,
+    xid79_first_run,
+    xid79_second_run,
+)
 from support.journal_files import AT, UNIT, line, needs_journal_remote, write_journal
 
 pytestmark = needs_journal_remote
@@ -100,18 +108,7 @@ def test_the_daemon_follows_an_xid_79_and_the_loop_to_a_hardware_diagnosis_metri
     posts = wait_for(lambda: out.posts, 10, "the alert's delivery")
     [alert] = posts[-1]  # type: ignore[index]
     labels = {k: v for k, v in alert["labels"].items() if k not in ("instance", "severity", "subsystem")}
-    assert labels == {
-        "alertname": "CrashdocCrashLoop",
-        "unit": UNIT,
-        "signature": "gpu-fault-bus",
-        "kind": "hardware",
-        "oncall": "hardware",
-        "gpu": "6",
-        "bus_id": "0000:c1:00.0",
-        "xid": "79",
-        "rank": "TP3",
-        "action": "drain",
-    }
+    assert labels == {"alertname": "CrashdocCrashLoop", "unit": UNIT, **HARDWARE_ALERT_LABELS}
     assert alert["annotations"]["summary"].startswith(f"{UNIT}: drain the node: Xid 79")
     assert "Fix: Drain this node" in alert["annotations"]["description"]
     assert alert["annotations"]["runbook_url"].endswith("/runbook/gpu-fault-bus")
