@@ -34,6 +34,8 @@ from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:
+    from crashdoc.config import Config
+    from crashdoc.sources.gpu_facts import GpuFactsReader
     from crashdoc.sources.textinput import TextInput
 
 DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
@@ -105,6 +107,7 @@ def main(args: argparse.Namespace) -> int:
         )
     except OSError as exc:
         raise NothingRead(f"cannot open the journal: {exc}") from exc
+    source.read_gpu_events()  # the kernel's GPU faults, joined with the units' crashes
     start: float | None = since
     live = not (args.directory or files)
     if since is not None:
@@ -133,6 +136,10 @@ def main(args: argparse.Namespace) -> int:
         resolver = HostReleases(derived, cache, on_change=use, log=warn).sglang_release
     launches = LaunchReader(sglang_release=resolver)  # each command's flags and release, read before the engine
     engine = build_engine(matcher, thresholds=config.thresholds, role_of=units.role_of, release=release)
+    gpu_facts = _gpu_facts(config, live)
+    host = gpu_facts.host()
+    if host is not None:
+        feed(engine, [host])
     discovered = 0  # units systemd knows (D-Bus): their state is something read, even without journal entries
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
@@ -140,13 +147,19 @@ def main(args: argparse.Namespace) -> int:
             engine.watch(unit)
             state = watcher.state(unit)
             if state is not None:
-                feed(engine, launches.prepare([state]))
+                devices = gpu_facts.for_state(state)  # its CUDA_VISIBLE_DEVICES
+                feed(engine, [*([devices] if devices is not None else []), *launches.prepare([state])])
     progress = Progress(sys.stderr, None, None)  # on a terminal only, once the read takes over a second
     if progress.enabled:
         oldest = source.newest_timestamp(oldest=True)
         progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
     while True:
         feed(engine, launches.prepare(source.read(20_000)))
+        if source.driver_loaded:  # the NVIDIA driver loaded again (a reboot in the journal): its GPUs as now
+            source.driver_loaded = False
+            host = gpu_facts.host()
+            if host is not None:
+                feed(engine, [host])
         progress.update(source.stats.entries, source.stats.last_timestamp or None)
         if source.at_end:
             break
@@ -200,6 +213,16 @@ def main(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
     return max(EXIT_READ_NOTHING if problems else EXIT_OK, EXIT_FAILURE_FOUND if diagnoses else EXIT_OK)
+
+
+def _gpu_facts(config: Config, live: bool) -> GpuFactsReader:
+    """The host's GPUs are read for its own journal; journal files copied from another host are read without
+    them (this host's GPUs are not theirs) unless the configuration names a folder other than the driver's."""
+    from crashdoc.config import DEFAULT_NVIDIA_GPUS
+    from crashdoc.sources.gpu_facts import GpuFactsReader
+
+    folder = config.nvidia_gpus if live or config.nvidia_gpus != DEFAULT_NVIDIA_GPUS else None
+    return GpuFactsReader(Path(folder) if folder else None)
 
 
 def _nothing_read(problems: list[str], as_json: bool) -> int:

@@ -14,6 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crashdoc.diagnosis.views import EngineEvent
+from crashdoc.events import HARDWARE
+from crashdoc.outputs.alerts import GPU_LABELS
 from crashdoc.redact import redact
 
 MESSAGE_ID_LOOP_STARTED = "e5f9680e52774903bd4465732f57a1a4"
@@ -87,6 +89,10 @@ class JournalRecorder:
                 fields["CRASHDOC_SGLANG_VERSION"] = d.sglang_release
             if d.version_note:
                 fields["CRASHDOC_VERSION_NOTE"] = d.version_note
+            if d.kind == HARDWARE:  # the GPU that failed, and what the hardware on-call does (ACTION=drain: gone)
+                for name in GPU_LABELS:
+                    if d.captures.get(name):
+                        fields[f"CRASHDOC_{name.upper()}"] = d.captures[name]
         fields["MESSAGE"] = _message(event)
         fields = {k: redact(v) for k, v in fields.items()}
         try:

@@ -49,7 +49,6 @@ if TYPE_CHECKING:
     from crashdoc.sources.fastread import BatchReader
     from crashdoc.sources.kernel_gpu import KernelGpuReader
 
-MAX_GPU_EVENTS = 10_000  # kernel GPU events kept until drained (a storm of Xid 13 must not grow without bound)
 TRIM_CHECK_EVERY = 500  # entries read between two looks at how many file pages are mapped (a batch of the C reader)
 # (500, not 2000: where the watched units are a tenth of the journal, 2000 entries read span ten times as many
 # pages, and the peak while catching up went from 8 to 15 MB above the rest)
@@ -127,7 +126,7 @@ class ReadStats:
     last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
-Event = LogLine | LifecycleRecord
+Event = LogLine | LifecycleRecord | GpuEvent
 
 
 class JournalSource:
@@ -163,7 +162,7 @@ class JournalSource:
         self._gone_taken = 0
         # the NVIDIA driver's kernel lines (Xid, SXid, fallen off the bus), read when asked (`read_gpu_events`)
         self._gpu_lines: KernelGpuReader | None = None
-        self.gpu_events: list[GpuEvent] = []
+        self.driver_loaded = False  # a GPU event said the NVIDIA driver loaded: the host's GPUs may have changed
         self._batch: BatchReader | None = None
         self.fast_reader = "not asked for (no folder to build it in)"  # "" when the C reader reads
         if build_dir is not None:
@@ -268,8 +267,8 @@ class JournalSource:
         return out
 
     def read_gpu_events(self) -> None:
-        """Also collect the kernel's GPU fault lines into `gpu_events` (the caller drains it; at most
-        MAX_GPU_EVENTS are kept). Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
+        """Also hand out the kernel's GPU fault lines as `GpuEvent`s, in order among the other events (`read`).
+        Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
         if self._gpu_lines is None:
             from crashdoc.sources.kernel_gpu import KernelGpuReader  # its patterns are compiled only when asked
 
@@ -411,7 +410,7 @@ class JournalSource:
             unit_raw = get("_SYSTEMD_UNIT")
         except KeyError:
             # kernel lines have no unit; the OOM killer's names the victim's cgroup
-            return self._kernel_record(get, realtime)
+            return self._kernel_record(get, realtime, events)
         if self._role(unit_raw) is not None:
             return self._first_line(get, realtime, unit_raw)
         if unit_raw == _INIT_SCOPE:
@@ -446,7 +445,7 @@ class JournalSource:
         self.stats.lines += 1
         return line
 
-    def _kernel_record(self, get, realtime) -> LifecycleRecord | None:
+    def _kernel_record(self, get, realtime, events: list[Event] | None = None) -> LifecycleRecord | None:
         try:
             if get("_TRANSPORT") != b"kernel":
                 return None
@@ -455,8 +454,10 @@ class JournalSource:
             return None
         if self._gpu_lines is not None and self._gpu_lines.wants(message):
             text = terminal_safe(message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
-            self.gpu_events += self._gpu_lines.feed(text, realtime() / 1e6)
-            del self.gpu_events[:-MAX_GPU_EVENTS]
+            found = self._gpu_lines.feed(text, realtime() / 1e6)  # a record may hold none, one or several
+            if events is not None:
+                events += found
+            self.driver_loaded = self.driver_loaded or any(e.kind == "driver-loaded" for e in found)
             return None
         if b"oom-kill:" not in message:
             return None
