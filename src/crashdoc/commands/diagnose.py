@@ -36,6 +36,7 @@ from crashdoc.matching.matcher import Matcher
 if TYPE_CHECKING:
     from crashdoc.config import Config
     from crashdoc.sources.gpu_facts import GpuFactsReader
+    from crashdoc.sources.textinput import TextInput
 
 DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
 PROBLEM_EXIT = EXIT_CANNOT_RUN  # a UserError here (configuration, library) is no verdict on the journal
@@ -89,6 +90,8 @@ def main(args: argparse.Namespace) -> int:
             release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
             return _diagnose_text_logs(args, texts, problems, library, release, derived)
         problems += [f"{path} is not a journal file (a text log? use `crashdoc explain {path}`)" for path, _ in texts]
+        for _, unread in texts:
+            unread.close()
         if not journals:
             return _nothing_read(problems, args.json)
         files = journals
@@ -266,13 +269,13 @@ def journal_files_in(folder: str) -> list[str]:
     return sorted(out)
 
 
-def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """`--file` arguments sorted into journal files, text logs (path, text) and problems (why a file is
-    neither: missing, a folder, empty, binary)."""
-    from crashdoc.sources.textlog import not_text
+def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, TextInput]], list[str]]:
+    """`--file` arguments sorted into journal files, text logs (path, input: a large one is read in blocks
+    later) and problems (why a file is neither: missing, a folder, empty, binary)."""
+    from crashdoc.sources.textinput import open_input
 
     journals: list[str] = []
-    texts: list[tuple[str, str]] = []
+    texts: list[tuple[str, TextInput]] = []
     problems: list[str] = []
     for path in paths:
         problem = journal_file_problem(path)
@@ -282,11 +285,9 @@ def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, str]], list
         if not problem.endswith(f"(a text log? use `crashdoc explain {path}`)"):  # missing, a folder, empty
             problems.append(problem)
             continue
-        with open(path, "rb") as handle:
-            data = handle.read()
-        what = not_text(data, path)
-        if what is None:
-            texts.append((path, data.decode("utf-8", "replace")))
+        source, what = open_input(path)
+        if not what:
+            texts.append((path, source))
         else:
             problems.append(f"{path}: {what}")
     return journals, texts, problems
@@ -294,7 +295,7 @@ def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, str]], list
 
 def _diagnose_text_logs(
     args: argparse.Namespace,
-    texts: list[tuple[str, str]],
+    texts: list[tuple[str, TextInput]],
     problems: list[str],
     library: Library,
     release: tuple[str, str] | None,
@@ -302,11 +303,10 @@ def _diagnose_text_logs(
 ) -> int:
     from crashdoc.commands.explain import print_explained
     from crashdoc.commands.pipeline import explain_texts
-    from crashdoc.sources.textlog import only_notes
 
     for path, _ in texts:
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
-    empty = {path for path, text in texts if only_notes(text)}
+    empty = {path for path, text in texts if text.only_notes()}
     results = [
         (name, diagnoses, warnings, "")
         for name, diagnoses, warnings in explain_texts(

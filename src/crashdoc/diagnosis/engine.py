@@ -138,15 +138,18 @@ class Engine:
             )
         gpu.add(event, self._gpu_joins)
 
-    def on_line(self, line: LogLine) -> None:
-        """The hot path: runs for every line of every watched unit."""
+    def on_line(self, line: LogLine, matcher: Matcher | None = None) -> None:
+        """The hot path: runs for every line of every watched unit. `matcher`: the batch's (`feed` looks it
+        up once, not per line)."""
+        if matcher is None:
+            matcher = self.reporter.matcher()
         rec = self._units.get(line.unit) or self._record(line.unit)
         if rec is None:
             return
         if line.timestamp > self.now:
             self.now = line.timestamp
         run = rec.current
-        if run is None or run.ended or (line.invocation and line.invocation != run.id):
+        if run is None or run.ended_at is not None or (line.invocation and line.invocation != run.id):
             run = (rec.runs.get(line.invocation) if line.invocation else None) or self._new_run(
                 rec, line.invocation, line.timestamp
             )  # an older run that ended is judged later (`judge`): its output is complete now
@@ -154,14 +157,18 @@ class Engine:
             rec.sglang = True
             if not run.cmdline:
                 begin(rec, run, tuple(line.cmdline.split()))  # journald joins argv with spaces: good without D-Bus
-        run.add_line(line)
-        self._seq += 1
-        seq = self._seq
-        for tb in self.assembler.feed(line, seq):
-            self._add_traceback(rec, tb)
-        if self.assembler.consumed:
+        run.lines += 1  # Run.add_line, inlined: the hot path
+        if not run.first_line_at:
+            run.first_line_at = line.timestamp
+        run.last_line_at = line.timestamp or run.last_line_at
+        seq = self._seq = self._seq + 1
+        assembler = self.assembler
+        done = assembler.feed(line, seq)
+        if done:
+            for tb in done:
+                self._add_traceback(rec, tb)
+        if assembler.consumed:
             return
-        matcher = self.reporter.matcher()
         # one RE2 pass for the marker literals and the line signatures; find_marker is told the literal
         literal, match = matcher.scan_line(line.text)
         if literal in SERVING_LITERALS:
@@ -578,9 +585,10 @@ def feed(engine: Engine, events: Iterable[FeedEvent]) -> None:
     """Events, in order, to the engine's inputs: journal lines, PID 1's records, D-Bus's unit states, the kernel's
     GPU faults and the launch and GPU facts they need."""
     on_line, on_lifecycle = engine.on_line, engine.on_lifecycle  # looked up once, not per event
+    matcher = engine.matcher  # the batch's: a reloaded library applies from the next batch
     for event in events:
         if isinstance(event, LogLine):
-            on_line(event)
+            on_line(event, matcher)
         elif isinstance(event, LifecycleRecord):
             on_lifecycle(event)
         elif isinstance(event, UnitState):
