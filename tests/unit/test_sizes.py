@@ -12,9 +12,9 @@ import crashdoc
 PACKAGE = Path(crashdoc.__file__).resolve().parent
 MAX_LINES = 600
 MAX_METHODS = 25
-# past the bound on main, with the most they may hold until split (not a place to add to)
+# past the bound, each with the most it may hold; its docstring says why it must be one (not a place to add to)
 OVER = {
-    "diagnosis/engine.py: class Engine": 28,  # issue 27 added on_gpu, _gpu_record, gpus (25 before)
+    "diagnosis/engine.py: class Engine": 28,  # one interface: 7 inputs, 7 views, state, settings (issue 27: +3)
 }
 
 
@@ -31,6 +31,8 @@ def oversized(path: Path, root: Path = PACKAGE) -> list[str]:
             where = f"{path.relative_to(root)}: class {node.name}"
             if methods > OVER.get(where, MAX_METHODS):
                 found.append(f"{where} has {methods} methods")
+            elif methods > MAX_METHODS and "More methods than" not in (ast.get_docstring(node) or ""):
+                found.append(f"{where} has {methods} methods and no docstring that says why")
     return found
 
 
