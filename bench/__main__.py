@@ -19,7 +19,7 @@ from pathlib import Path
 
 from bench.common import ROOT, Results, log
 
-SECTIONS = ("startup", "throughput", "catchup", "hotpath", "scale", "profile", "latency", "memory")
+SECTIONS = ("startup", "paste", "throughput", "catchup", "hotpath", "scale", "profile", "latency", "memory")
 
 
 def table(results: Results) -> str:
@@ -41,6 +41,9 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--entries", type=int, default=2_000_000, help="journal entries to generate (default 2M)")
     p.add_argument("--rounds", type=int, default=2, help="interleaved rounds of the throughput cases")
     p.add_argument("--crashes", type=int, default=50, help="crashes for the latency bench")
+    p.add_argument(
+        "--latency-load", type=int, default=0, help="also measure latency while N CPU-heavy children run (e.g. 20)"
+    )
     p.add_argument("--flood-seconds", type=float, default=60.0)
     p.add_argument("--flood-rate", type=float, default=10_000)
     p.add_argument("--only", default=",".join(SECTIONS), help="comma-separated: " + ", ".join(SECTIONS))
@@ -71,16 +74,17 @@ def main(argv: list[str] | None = None) -> int:
         a.results.mkdir(parents=True, exist_ok=True)
         (a.results / "partial.txt").write_text(table(results) + "\n")
 
-    from bench import catchup, hotpath, latency, memory, profile, scale, startup, throughput
+    from bench import catchup, hotpath, latency, memory, paste, profile, scale, startup, throughput
 
     section("startup", lambda: startup.run(results))
+    section("paste", lambda: paste.run(results))
     section("throughput", lambda: throughput.run(js, results, rounds=a.rounds, before_src=a.before_src))
     section("catchup", lambda: catchup.run(a.entries, results, rounds=a.rounds + 1, before_src=a.before_src))
     if a.before_src:
         section("hotpath", lambda: hotpath.run(js, results, a.before_src))
     section("scale", lambda: scale.run(js, results, rounds=3, lines=min(200_000, a.entries)))
     section("profile", lambda: profile.run(js, results))
-    section("latency", lambda: latency.run(results, crashes=a.crashes))
+    section("latency", lambda: latency.run(results, crashes=a.crashes, load=a.latency_load))
     section("memory", lambda: memory.run(js, results, flood_seconds=a.flood_seconds, rate=a.flood_rate))
     text = table(results)
     elapsed = time.monotonic() - started

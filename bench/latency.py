@@ -16,11 +16,18 @@ Both are polled from the host every `interval` (the sandbox shares the network n
 The reference time is the journal's `__REALTIME_TIMESTAMP` of the run's last line (its newest
 stdout entry), read back with journalctl afterwards; PID 1's "Main process exited" record splits
 the latency into the process's dying (last line -> exit) and crashdoc's part (exit -> shown).
+
+`load` N (`python -m bench --only latency --latency-load 20`): N CPU-heavy child processes spin beside the
+daemon for the whole measurement, the stand-in for the fix checks (SGLang's argument checks of candidate
+fixes, run outside the daemon's process): the detection latency must not move while they run (issue 26:
+p50 <= 300 ms, p99 <= 600 ms). `python -m bench.accepted_latency` measures beside the real ones: twenty fix
+searches the daemon runs with SGLang 0.5.23's own checks (`beside`, `beside_units`).
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import threading
 import time
 import urllib.request
@@ -169,6 +176,23 @@ def crash_truth(sandbox, unit: str) -> list[dict[str, float | str]]:
     ]
 
 
+# a CPU-heavy child: spins until its parent (the bench) is gone or it is stopped
+_BUSY = "import os\nparent = os.getppid()\nwhile os.getppid() == parent:\n    sum(i * i for i in range(20000))\n"
+
+
+def busy_children(n: int) -> list[subprocess.Popen[bytes]]:
+    """`n` CPU-heavy processes beside the daemon (stop them with `stop_children`)."""
+    return [subprocess.Popen([PYTHON, "-c", _BUSY], stdin=subprocess.DEVNULL) for _ in range(n)]
+
+
+def stop_children(children: list[subprocess.Popen[bytes]]) -> None:
+    """Stop the children `busy_children` started, each by its own handle."""
+    for child in children:
+        child.kill()
+    for child in children:
+        child.wait(10)
+
+
 def measure(
     crashes: int = 50,
     dbus: bool = True,
@@ -178,10 +202,12 @@ def measure(
     units: tuple[str, ...] = (PREFILL, DECODE),
     beside: Callable[[Any, Any], Callable[[], dict]] | None = None,
     beside_units: Callable[[Path], dict[str, str]] | None = None,
+    load: int = 0,
 ) -> dict:
-    """`beside_units(workdir)`: more units in the sandbox (watched as role any); `beside(sandbox, crashdoc)`: run
-    once crashdoc is up, before the measured units start (work to measure beside); what it returns is called
-    at the end and its result kept as `res["beside"]`."""
+    """`load`: CPU-heavy children beside the daemon; `beside_units(workdir)`: more units in the sandbox (watched
+    as role any); `beside(sandbox, crashdoc)`: run once crashdoc is up, before the measured units start (work to
+    measure beside, e.g. `bench.accepted_latency`'s real fix searches); what it returns is called at the end and
+    its result kept as `res["beside"]`."""
     from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
 
     start_crashdoc = _e2e().start_crashdoc
@@ -192,6 +218,7 @@ def measure(
     sandbox.start()
     cd = None
     obs = None
+    children: list[subprocess.Popen[bytes]] = []
     try:
         config = (
             "units:\n"
@@ -204,6 +231,7 @@ def measure(
         after = beside(sandbox, cd) if beside is not None else None
         obs = Observer(cd.base, interval)
         obs.start()
+        children = busy_children(load)
         sandbox.systemctl("start", *units, check=True)
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -247,8 +275,10 @@ def measure(
             "dbus": dbus,
             "max_lag": max(obs.lag, default=0.0),
             "histogram": histogram,
+            "load": load,
         }
     finally:
+        stop_children(children)
         if obs is not None:
             obs.stop()
         if cd is not None:
@@ -299,7 +329,7 @@ def summarize(res: dict, crashes: int) -> dict[str, float]:
     }
 
 
-def run(results: Results, crashes: int = 50, journal_only: bool = True) -> None:
+def run(results: Results, crashes: int = 50, journal_only: bool = True, load: int = 0) -> None:
     from crashdoc.sandbox.systemd import unavailable_reason
 
     reason = unavailable_reason()
@@ -308,26 +338,40 @@ def run(results: Results, crashes: int = 50, journal_only: bool = True) -> None:
         return
     # (D-Bus, crashes, RestartSec): the main case, then what the journal alone gives, then crashes
     # 5 s apart, so that crashdoc is idle (no short timer) when each one comes
-    variants = [(True, crashes, 0.3)]
+    # (D-Bus, crashes, RestartSec, CPU-heavy children): the main case; with `load`, the same while the
+    # children spin; then what the journal alone gives, then crashes 5 s apart, so that crashdoc is idle
+    # (no short timer) when each one comes
+    variants = [(True, crashes, 0.3, 0)]
+    if load:
+        variants.append((True, crashes, 0.3, load))
     if journal_only:
-        variants += [(False, max(10, crashes // 2), 0.3), (True, 10, 5.0), (False, 10, 5.0)]
-    for dbus, n, restart_sec in variants:
-        log(f"latency: {n} crashes, D-Bus {'on' if dbus else 'off'}, RestartSec={restart_sec} ...")
-        res = measure(n, dbus=dbus, restart_sec=restart_sec, units=(PREFILL, DECODE) if restart_sec < 1 else (DECODE,))
+        variants += [(False, max(10, crashes // 2), 0.3, 0), (True, 10, 5.0, 0), (False, 10, 5.0, 0)]
+    for dbus, n, restart_sec, children in variants:
+        log(f"latency: {n} crashes, D-Bus {'on' if dbus else 'off'}, RestartSec={restart_sec}, {children} busy ...")
+        res = measure(
+            n,
+            dbus=dbus,
+            restart_sec=restart_sec,
+            units=(PREFILL, DECODE) if restart_sec < 1 else (DECODE,),
+            load=children,
+        )
         s = summarize(res, n)
-        results.raw[f"latency_dbus_{dbus}_restart_{restart_sec}"] = {"summary": s, **res}
+        results.raw[f"latency_dbus_{dbus}_restart_{restart_sec}_load_{children}"] = {"summary": s, **res}
         name = "crash -> /metrics + /diagnoses" + ("" if dbus else " (dbus: false, journal only)")
         if restart_sec > 1:
             name += f", isolated crashes of one unit (RestartSec={restart_sec:g})"
-        main_case = dbus and restart_sec < 1
-        ok_p50 = s["p50"] <= 0.25
-        ok_p99 = s["p99"] <= 1.0
+        if children:
+            name += f", while {children} CPU-heavy children run (the fix checks' stand-in)"
+        main_case = dbus and restart_sec < 1 and not children
+        loaded = bool(children)  # issue 26: p50 <= 300 ms, p99 <= 600 ms while the fix checks run
+        ok_p50 = s["p50"] <= (0.3 if loaded else 0.25)
+        ok_p99 = s["p99"] <= (0.6 if loaded else 1.0)
         results.add(
             "latency",
             f"{name}, p50",
             f"{s['p50'] * 1000:.0f} ms",
-            target="<= 250 ms" if main_case else "",
-            ok=ok_p50 if main_case else None,
+            target="<= 250 ms" if main_case else "<= 300 ms" if loaded else "",
+            ok=ok_p50 if main_case or loaded else None,
             note=f"{s['n']} crashes; process dying (last line -> exit) p50 {s['dying_p50'] * 1000:.0f} ms, "
             f"crashdoc (exit -> shown) p50 {s['crashdoc_p50'] * 1000:.0f} ms",
         )
@@ -335,8 +379,8 @@ def run(results: Results, crashes: int = 50, journal_only: bool = True) -> None:
             "latency",
             f"{name}, p99",
             f"{s['p99'] * 1000:.0f} ms",
-            target="<= 1 s" if main_case else "",
-            ok=ok_p99 if main_case else None,
+            target="<= 1 s" if main_case else "<= 600 ms" if loaded else "",
+            ok=ok_p99 if main_case or loaded else None,
             note=f"max {s['max'] * 1000:.0f} ms; crashdoc part p99 {s['crashdoc_p99'] * 1000:.0f} ms; "
             f"polled every {res['interval'] * 1000:.0f} ms",
         )

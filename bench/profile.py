@@ -18,9 +18,9 @@ from bench.throughput import _env, diagnose_argv
 # (label, how the frame is named in py-spy's output: "function (file.py:line)")
 HOT = (
     ("JournalSource.read (sources/journal.py)", "read (crashdoc/sources/journal.py"),
-    ("  line_of: a LogLine per line (called from the C batch reader)", "line_of (crashdoc/sources/journal.py"),
+    ("  line_of: a LogLine per line (called from the C batch reader)", "line_of (crashdoc/sources/journal_batch.py"),
     ("  _other_entry: first lines, PID 1, core dumps, kernel lines", "_other_entry (crashdoc/sources/journal.py"),
-    ("  release_journal_pages + _mapped_bytes", "_pages (crashdoc/sources/journal.py"),
+    ("  release_journal_pages + mapped_bytes", "(crashdoc/sources/journal_pages.py"),
     ("Engine.on_line (diagnosis/engine.py)", "on_line (crashdoc/diagnosis/engine.py"),
     ("  TracebackAssembler.feed", "feed (crashdoc/assembly/traceback.py"),
     ("  Matcher.scan_line (one RE2 Set pass: markers + line signatures)", "scan_line (crashdoc/matching/matcher.py"),

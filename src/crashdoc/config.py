@@ -24,6 +24,7 @@ DEFAULT_PORT = 10247  # outside the 9100-9999 exporter range, which is fully all
 DEFAULT_LISTEN = f"127.0.0.1:{DEFAULT_PORT}"
 DEFAULT_STATE_DIRECTORY = "/var/lib/crashdoc"
 DEFAULT_UNITS = (WatchRule("sglang*.service", "any"),)
+DEFAULT_NVIDIA_GPUS = "/proc/driver/nvidia/gpus"  # the NVIDIA driver's list of the host's GPUs
 
 
 class ConfigError(ProblemsError):
@@ -52,6 +53,8 @@ class Config:
     instance: str = field(default_factory=socket.gethostname)
     dbus: bool = True  # set false to run from the journal alone
     web_config_file: str | None = None  # TLS and basic auth for the HTTP view (exporter-toolkit's format)
+    # where the host's GPUs are listed (their PCI addresses and indexes, for Xids); None: read none
+    nvidia_gpus: str | None = DEFAULT_NVIDIA_GPUS
     source: str = "(built-in defaults)"
 
     @property
@@ -107,6 +110,7 @@ _TOP = {
     "instance",
     "dbus",
     "web_config_file",
+    "nvidia_gpus",
 }
 
 
@@ -233,6 +237,13 @@ def _build(doc: LocatedYaml, name: str) -> Config:
             bad(("web_config_file",), "must be a file path (TLS and basic auth, exporter-toolkit's format)")
         else:
             values["web_config_file"] = resolve_path(data["web_config_file"], name)
+
+    if "nvidia_gpus" in data:
+        gpus = data["nvidia_gpus"]
+        if gpus is not None and (not isinstance(gpus, str) or not gpus):
+            bad(("nvidia_gpus",), "must be a folder path (the driver's gpus/ folder), or null to read none")
+        else:
+            values["nvidia_gpus"] = gpus if gpus is None else str(Path(name).resolve().parent / Path(gpus))
 
     jour = data.get("journal")
     if jour is not None:
@@ -422,6 +433,9 @@ def check_config_file(name: str) -> ConfigCheck:
         except OSError as exc:
             where = at(("alertmanager", *setting.split(".")), ("alertmanager",))
             problems.append(f"{where}: alertmanager.{setting}: {path}: {exc.strerror or exc}")
+    if config.nvidia_gpus and config.nvidia_gpus != DEFAULT_NVIDIA_GPUS and not Path(config.nvidia_gpus).is_dir():
+        where = at(("nvidia_gpus",))
+        problems.append(f"{where}: nvidia_gpus: {config.nvidia_gpus}: no such folder")
     if not Path(config.state_directory).is_absolute():
         problems.append(
             f"{at(('state_directory',))}: state_directory: must be an absolute path, got "
@@ -454,6 +468,13 @@ def check_config_file(name: str) -> ConfigCheck:
         f" (instance {config.instance})"
     )
     summary.append(f"  runbook links: {links}/runbook/<signature>")
+    if config.nvidia_gpus:
+        found = Path(config.nvidia_gpus).is_dir()
+        summary.append(
+            f"  GPUs:          {config.nvidia_gpus}{'' if found else ' (not here: no NVIDIA driver loaded)'}"
+        )
+    else:
+        summary.append("  GPUs:          not read (Xids are tied to units by their pids alone)")
     if config.web_config_file:
         from crashdoc.outputs.webconfig import describe
 

@@ -28,9 +28,12 @@ CATEGORIES: tuple[str, ...] = (
     "parallelism",
     "other",
 )
-# The second axis of a diagnosis: what kind of failure it is, whatever the subsystem (`category`) says.
+# The second axis of a diagnosis: what kind of failure it is, whatever the subsystem (`category`) says. A crash
+# the kernel's GPU fault caused is kind HARDWARE (decided by diagnosis.hardware from kernel lines), and
+# never by a signature or for a traceback a run survived, so it is not among these (the warnings metric's kinds).
 BAD_REQUEST = "bad request"  # one request failed and got an error answer; the server went on
 KINDS: tuple[str, ...] = ("config", "resource", "environment", "bug", "hardware-network", BAD_REQUEST)
+HARDWARE = "hardware"  # the kind of a crash a GPU fault caused (diagnosis.hardware decides it)
 SEVERITIES: tuple[str, ...] = ("critical", "warning", "info")
 ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
@@ -118,6 +121,8 @@ class UnitState:
     loaded: bool = True
     active_enter_timestamp: float = 0.0  # when the current run became active (0: unknown)
     timestamp: float = 0.0
+    # the GPU entries of Environment= (CUDA_VISIBLE_DEVICES=...), never the others: they may hold secrets
+    environment: tuple[str, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -151,6 +156,56 @@ class GpuEvent:
     uuid: str = ""  # the GPU's UUID when the driver named it ("NVRM: GPU at PCI:...: GPU-...")
     uptime: float | None = None  # dmesg's seconds since boot, when the line carried them
     text: str = ""  # the kernel line as logged (bounded)
+
+
+@dataclass(frozen=True, slots=True)
+class GpuInfo:
+    """One GPU of the host as the NVIDIA driver lists it (/proc/driver/nvidia/gpus/<bus id>/information)."""
+
+    index: int  # nvidia-smi's index: the place in PCI bus order
+    bus_id: str  # "0000:c1:00.0"
+    uuid: str = ""  # "GPU-5f3a..."
+    minor: int | None = None  # /dev/nvidiaN (not always the index)
+    model: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class GpuMap:
+    """The host's GPUs by PCI address, index and UUID (empty where the NVIDIA driver is not loaded)."""
+
+    gpus: tuple[GpuInfo, ...] = ()
+    problems: tuple[str, ...] = ()  # files that could not be read, said plainly
+
+    def by_bus(self, bus_id: str) -> GpuInfo | None:
+        return next((g for g in self.gpus if g.bus_id == bus_id), None)
+
+    def by_index(self, index: int) -> GpuInfo | None:
+        return next((g for g in self.gpus if g.index == index), None)
+
+    def by_uuid(self, uuid: str) -> GpuInfo | None:
+        wanted = uuid.lower()
+        # CUDA_VISIBLE_DEVICES may hold a UUID's unique prefix ("GPU-5f3a8e2c")
+        found = [g for g in self.gpus if g.uuid and g.uuid.lower().startswith(wanted)]
+        return found[0] if len(found) == 1 else None
+
+
+@dataclass(frozen=True, slots=True)
+class HostGpus:
+    """The host's GPUs, read by the runtime before the engine's step (at start, and again when the driver
+    loads): what turns an Xid's PCI address into the GPU index a unit's CUDA_VISIBLE_DEVICES names."""
+
+    gpus: GpuMap
+    where: str = ""  # the folder it was read from
+
+
+@dataclass(frozen=True, slots=True)
+class UnitDevices:
+    """A unit's CUDA_VISIBLE_DEVICES as systemd starts it (Environment=, then its EnvironmentFile=s, which win),
+    read by the runtime before the engine's step: which host GPU each of the unit's CUDA devices is."""
+
+    unit: str
+    visible_devices: str | None  # None: not set (device N is GPU N)
+    where: str = ""  # "Environment=", or the environment file that set it
 
 
 # --- assembly --------------------------------------------------------------------------
@@ -301,7 +356,7 @@ class Diagnosis:
     config_change: dict[str, object] | None = None  # the edit that started the loop, with the flag diff
     derived: bool = False  # answered by a signature derived from SGLang's source, not a reviewed one
     subsystem: str = ""  # which part of SGLang failed (the same value as `category`, kept for compatibility)
-    kind: str = ""  # what kind of failure: one of KINDS
+    kind: str = ""  # what kind of failure: one of KINDS, or HARDWARE (a GPU fault: diagnosis.hardware decides it)
     handled: str = ""  # for a warning: why the traceback did not end the process ("" for a failure)
     sglang_release: str | None = None  # the SGLang release the unit runs, when known (JSON: sglang_version)
     sglang_release_from: str | None = None  # how crashdoc knows it: the interpreter's files, the log, an option

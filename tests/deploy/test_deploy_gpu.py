@@ -17,8 +17,9 @@ import yaml
 from crashdoc.diagnosis.hardware import can_cause
 from crashdoc.events import GpuEvent
 from crashdoc.matching.gpu_catalog import load_catalog
+from crashdoc.outputs.alerts import alert_labels
 from support.e2e import free_port, wait_for
-from support.gpu_faults import FAULT_LABELS
+from support.gpu_faults import FAULT_LABELS, cuda_graph_diagnosis, xid79_hardware_diagnosis
 from support.monitoring import ALERTMANAGER, Access, needs_alertmanager
 
 REPO = Path(__file__).resolve().parents[2]
@@ -63,12 +64,28 @@ def test_hardware_alerts_carry_the_label_that_routes_them() -> None:
     ],
 )
 def test_amtool_routes_hardware_alerts_to_the_hardware_on_call(labels: dict[str, str], receiver: str) -> None:
+    assert amtool_route(labels) == receiver
+
+
+def amtool_route(labels: dict[str, str]) -> str:
     amtool = shutil.which("amtool")
     if amtool is None:
         pytest.skip("amtool is not installed (scripts/install-debs.sh prometheus-alertmanager)")
     argv = [amtool, "config", "routes", "test", f"--config.file={ALERTMANAGER_EXAMPLE}"]
     r = subprocess.run([*argv, *(f"{k}={v}" for k, v in labels.items())], capture_output=True, text=True, timeout=60)
-    assert r.returncode == 0 and r.stdout.strip() == receiver, r.stdout + r.stderr
+    assert r.returncode == 0, r.stdout + r.stderr
+    return r.stdout.strip()
+
+
+def test_crashdocs_own_alert_for_a_gpu_fault_pages_the_hardware_on_call_and_a_flag_one_the_service_owner() -> None:
+    """Where there is no Prometheus, crashdoc pushes its own alert (CrashdocCrashLoop): for a hardware diagnosis its
+    labels route it to the hardware on-call, like SGLangGPUFault's."""
+    software, hardware = cuda_graph_diagnosis(), xid79_hardware_diagnosis()
+    labels = alert_labels("sglang-prefill.service", hardware, "gpu-030")
+    assert (labels["oncall"], labels["action"], labels["kind"]) == ("hardware", "drain", "hardware")
+    assert amtool_route(labels) == "hardware-pager"
+    owner = amtool_route(alert_labels("sglang-prefill.service", software, "gpu-030"))
+    assert owner.split(",")[0] == "sglang-pager", owner  # an unknown error: the signature writers are told too
 
 
 @needs_alertmanager

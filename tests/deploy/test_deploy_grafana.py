@@ -1,7 +1,7 @@
 """deploy/grafana: every PromQL query references only metrics crashdoc really exports, and parses.
 
-The list of exported metrics is not written here: it is what `outputs/metrics.py`'s collector (and
-`outputs/gpu_metrics.py`'s, registered beside it) puts in an exposition (plus Prometheus' own `up`).
+The list of exported metrics is not written here: it is what `outputs/metrics.py`'s collector (its unit, GPU
+and health families) puts in an exposition (plus Prometheus' own `up`).
 Expressions are parsed by the real promtool (2.42), and the Grafana alert rules must use exactly the
 Prometheus rules' expressions.
 """
@@ -20,7 +20,6 @@ from typing import Any
 import pytest
 import yaml
 
-from crashdoc.outputs.gpu_metrics import GpuFaultCollector
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
 
 REPO = Path(__file__).resolve().parents[2]
@@ -50,7 +49,6 @@ KEYWORDS = {
 def exported_metrics() -> set[str]:
     """Sample names in crashdoc's exposition, from its collector (histograms expanded)."""
     registry = make_registry(CrashdocCollector(dict, Health(), threading.Lock()))
-    registry.register(GpuFaultCollector(dict, list, threading.Lock()))  # the GPU fault families, beside it
     names: set[str] = set()
     for name, kind in re.findall(r"^# TYPE (\S+) (\S+)$", exposition(registry).decode(), re.M):
         names |= {f"{name}_bucket", f"{name}_sum", f"{name}_count"} if kind == "histogram" else {name}

@@ -16,9 +16,7 @@ import json
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Iterator
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 
@@ -43,20 +41,6 @@ RUNBOOK_BASE = "https://oncall.example.net/crashdoc"
 
 def epoch(rfc3339: str) -> float:
     return datetime.fromisoformat(rfc3339).timestamp()
-
-
-@pytest.fixture
-def webhook() -> Iterator[Webhook]:
-    hook = Webhook()
-    yield hook
-    hook.close()
-
-
-@pytest.fixture
-def alertmanager(tmp_path: Path, webhook: Webhook) -> Iterator[Alertmanager]:
-    am = Alertmanager(tmp_path / "alertmanager", webhook)
-    yield am
-    am.stop()
 
 
 def diagnosis(signature: str) -> Diagnosis:

@@ -9,7 +9,7 @@ from pathlib import Path
 from crashdoc.commands.pipeline import build_engine
 from crashdoc.diagnosis.engine import feed
 from crashdoc.diagnosis.views import RunView, UnitView
-from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
+from crashdoc.events import GpuEvent, HostGpus, Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitDevices, UnitState
 from crashdoc.matching.library import load_library
 from crashdoc.matching.matcher import Matcher
 from crashdoc.remedy.launch import LaunchReader, ReleaseResolver
@@ -44,9 +44,13 @@ class Host:
             raise FileNotFoundError(path)
         return self.files[path]
 
-    def feed(self, *events: LogLine | LifecycleRecord | UnitState) -> None:
+    def feed(self, *events: LogLine | LifecycleRecord | UnitState | GpuEvent) -> None:
         """Events with the launch facts they need read first, as the daemon feeds them."""
         feed(self.engine, self.launches.prepare(events))
+
+    def facts(self, *facts: HostGpus | UnitDevices) -> None:
+        """What the runtime read of the GPUs (the host's, a unit's CUDA_VISIBLE_DEVICES), handed in as it does."""
+        feed(self.engine, facts)
 
     def pid1(self, kind: Lifecycle, **fields: object) -> None:
         self.feed(LifecycleRecord(self.unit, kind, self.t, invocation=f"inv{self.runs}", **fields))  # type: ignore[arg-type]

@@ -8,6 +8,10 @@ from __future__ import annotations
 from datetime import datetime
 from pathlib import Path
 
+from crashdoc.diagnosis.gpus import CrashFacts, GpuRef
+from crashdoc.diagnosis.hardware import decide, hardware_diagnosis
+from crashdoc.events import Diagnosis, Fix, RootCause
+from crashdoc.sources.kernel_gpu import KernelGpuReader
 from support.journal_files import AT, EXITED, FAILED, RESTART, UNIT, line, pid1
 
 FIXTURE_ROOT = Path(__file__).resolve().parent.parent / "fixtures" / "sysfs" / "nvidia-8gpu"
@@ -27,6 +31,9 @@ T0 = 1_800_000_000.0  # the crash loop's clock (seconds since the epoch)
 # crashdoc_gpu_fault_info's labels for an Xid 79 on TP3's GPU of the fixture host (GPU 6, 0000:c1:00.0)
 FAULT_LABELS = {"unit": UNIT, "signature": "gpu-fault-bus", "xid": "79", "gpu": "6", "bus_id": "0000:c1:00.0",
                 "rank": "TP3", "action": "drain"}  # fmt: skip
+# the routing labels of crashdoc's pushed alert for that fault (with alertname, unit, instance, severity, subsystem)
+HARDWARE_ALERT_LABELS = {"signature": "gpu-fault-bus", "kind": "hardware", "oncall": "hardware", "gpu": "6",
+                         "bus_id": "0000:c1:00.0", "xid": "79", "rank": "TP3", "action": "drain"}  # fmt: skip
 
 
 def xid(code: int, detail: str, bus: str = "0000:c1:00", pid: int | str | None = None, name: str = "python3") -> str:
@@ -100,7 +107,7 @@ def kernel(message: str, at: float, priority: str = "3") -> dict[str, str | byte
         "SYSLOG_IDENTIFIER": "kernel",
         "PRIORITY": priority,
         "_HOSTNAME": "gpu-017",
-        "_SOURCE_MONOTONIC_TIMESTAMP": str(int((at - T0 + 86_400) * 1e6)),
+        "_SOURCE_MONOTONIC_TIMESTAMP": str(int((at % 86_400 + 3_600) * 1e6)),  # since boot (any positive value)
         "MESSAGE": message,
         AT: str(int(at * 1e6)),
     }
@@ -142,8 +149,11 @@ def run_entries(
     error_rank: str,
     error: list[str],
     error_at: float,
+    unit: str = UNIT,
+    exit_after: float = 2,
 ) -> list[dict[str, str | bytes]]:
-    """One run of UNIT: every rank loads, `error_rank` raises `error` at `error_at`, PID 1 records the end."""
+    """One run of UNIT: every rank loads, `error_rank` raises `error` at `error_at`, PID 1 records the end
+    `exit_after` seconds later."""
     cmdline = "/opt/venv/bin/python -m sglang.launch_server --model-path /models/m --tp-size 4"
     out: list[dict[str, str | bytes]] = [
         at(
@@ -151,6 +161,7 @@ def run_entries(
                 sglang(start, "", "server_args=ServerArgs(model_path='/models/m', tp_size=4, base_gpu_id=0)"),
                 pid=str(pids[""]),
                 invocation=invocation,
+                unit=unit,
                 _CMDLINE=cmdline,
             ),
             start,
@@ -159,18 +170,18 @@ def run_entries(
     for rank, pid in pids.items():
         if rank:
             text = sglang(start + 1, rank, "Load weight begin. avail mem=78.52 GB")
-            out.append(at(line(text, pid=str(pid), invocation=invocation), start + 1))
+            out.append(at(line(text, pid=str(pid), invocation=invocation, unit=unit), start + 1))
     first, *rest = error
-    out.append(
-        at(line(sglang(error_at, error_rank, first), pid=str(pids[error_rank]), invocation=invocation), error_at)
-    )
-    out += [at(line(text, pid=str(pids[error_rank]), invocation=invocation), error_at) for text in rest]
-    end = error_at + 2
+    where = {"pid": str(pids[error_rank]), "invocation": invocation, "unit": unit}
+    out.append(at(line(sglang(error_at, error_rank, first), **where), error_at))
+    out += [at(line(text, **where), error_at) for text in rest]
+    end = error_at + exit_after
     out += [
         at(
             {
                 **pid1(
-                    f"{UNIT}: Main process exited, code=killed, status=9/KILL",
+                    f"{unit}: Main process exited, code=killed, status=9/KILL",
+                    unit=unit,
                     MESSAGE_ID=EXITED,
                     EXIT_CODE="killed",
                     EXIT_STATUS="9",
@@ -181,7 +192,7 @@ def run_entries(
         ),
         at(
             {
-                **pid1(f"{UNIT}: Failed with result 'signal'.", MESSAGE_ID=FAILED, UNIT_RESULT="signal"),
+                **pid1(f"{unit}: Failed with result 'signal'.", unit=unit, MESSAGE_ID=FAILED, UNIT_RESULT="signal"),
                 "INVOCATION_ID": invocation,
             },
             end,
@@ -190,32 +201,95 @@ def run_entries(
     return out
 
 
-def xid79_loop_entries(with_xid: bool = True, forged: bool = False) -> list[dict[str, str | bytes]]:
+GONE_TRACEBACK = [
+    "Scheduler hit an exception: Traceback (most recent call last):",
+    '  File "/opt/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 412, in set_device',
+    "    torch._C._cuda_setDevice(device)",
+    DEVICE_GONE,
+]
+
+
+def xid79_loop_entries(
+    with_xid: bool = True, forged: bool = False, t0: float = T0, unit: str = UNIT
+) -> list[dict[str, str | bytes]]:
     """Xid 79 on TP3's GPU one second before TP3's error, then a second run that cannot use the GPU: a crash
     loop on a GPU that is gone. `with_xid=False`: the same crashes, no kernel line. `forged`: the "Xid" is
-    printed by the unit on its own stdout instead of logged by the kernel."""
-    run1 = run_entries("1" * 32, T0, RANK_PIDS, "TP3", CUDA_GRAPH_TRACEBACK, T0 + 30)
-    pids2 = {rank: pid + 100 for rank, pid in RANK_PIDS.items()}
-    gone = [
-        "Scheduler hit an exception: Traceback (most recent call last):",
-        '  File "/opt/venv/lib/python3.11/site-packages/torch/cuda/__init__.py", line 412, in set_device',
-        "    torch._C._cuda_setDevice(device)",
-        DEVICE_GONE,
-    ]
-    run2 = run_entries("2" * 32, T0 + 40, pids2, "TP3", gone, T0 + 45)
+    printed by the unit on its own stdout instead of logged by the kernel. `t0`: when the first run starts."""
+    return sorted([*xid79_first_run(with_xid, forged, t0, unit), *xid79_second_run(t0, unit)], key=lambda e: int(e[AT]))
+
+
+def xid79_first_run(
+    with_xid: bool = True, forged: bool = False, t0: float = T0, unit: str = UNIT
+) -> list[dict[str, str | bytes]]:
+    """The first run of `xid79_loop_entries` (its Xid, crash and restart), in time order."""
+    run1 = run_entries("1" * 32, t0, RANK_PIDS, "TP3", CUDA_GRAPH_TRACEBACK, t0 + 30, unit)
     restart = at(
-        pid1(f"{UNIT}: Scheduled restart job, restart counter is at 1.", MESSAGE_ID=RESTART, N_RESTARTS="1"), T0 + 35
+        pid1(f"{unit}: Scheduled restart job, restart counter is at 1.", unit, MESSAGE_ID=RESTART, N_RESTARTS="1"),
+        t0 + 35,
     )
     xid_text = xid(79, "GPU has fallen off the bus.", pid=RANK_PIDS["TP3"])
-    entries = [*run1, restart, *run2]  # put in time order below
+    entries = [*run1, restart]
     if with_xid and forged:
-        entries.append(at(line(xid_text, pid=str(RANK_PIDS["TP3"]), invocation="1" * 32), T0 + 29))
+        entries.append(at(line(xid_text, pid=str(RANK_PIDS["TP3"]), invocation="1" * 32, unit=unit), t0 + 29))
     elif with_xid:
         entries += [
-            kernel("NVRM: GPU at PCI:0000:c1:00: GPU-6f3a8e2c-1d44-4b8e-9c1a-0e6b7d2f9a36", T0 + 29),
-            kernel(xid_text, T0 + 29),
-            kernel(FELL_OFF, T0 + 29),
+            kernel("NVRM: GPU at PCI:0000:c1:00: GPU-6f3a8e2c-1d44-4b8e-9c1a-0e6b7d2f9a36", t0 + 29),
+            kernel(xid_text, t0 + 29),
+            kernel(FELL_OFF, t0 + 29),
         ]
+    return sorted(entries, key=lambda e: int(e[AT]))
+
+
+def xid79_second_run(t0: float = T0, unit: str = UNIT) -> list[dict[str, str | bytes]]:
+    """The second run of `xid79_loop_entries`: TP3 cannot set its device (the GPU is gone), and dies."""
+    pids2 = {rank: pid + 100 for rank, pid in RANK_PIDS.items()}
+    return run_entries("2" * 32, t0 + 40, pids2, "TP3", GONE_TRACEBACK, t0 + 45, unit)
+
+
+APPLICATION_XID13 = "Graphics Exception: ESR 0x50df30"  # TP3's own fault, logged as it happens
+TEARDOWN_XID13 = "Graphics SM Warp Exception on (GPC 2, TPC 1, SM 0): Out Of Range Address"
+ILLEGAL_TRACEBACK = [*CUDA_GRAPH_TRACEBACK[:7], ILLEGAL_ACCESS]
+ILLEGAL_RUN = 80.0  # seconds from one run's start to the next's: SGLang's watchdog waits ~60 s before the exit
+
+
+def illegal_access_run(
+    second: bool, t0: float = T0, unit: str = UNIT, xids: bool = True, forged: bool = False
+) -> list[dict[str, str | bytes]]:
+    """One run of a loop in which TP3 hits an illegal memory access 5 s in and exits 62 s later (SGLang waits for
+    CUDA core dumps), in time order. `xids`: the kernel logs TP3's application Xid 13 one second before its error
+    and a teardown Xid 13 sixty seconds after it; the first run also has Xids that are not the unit's (another
+    process's Xid 79 on GPU 0, an uncorrectable ECC error on GPU 7, which the unit does not use) and a hardware
+    Xid 48 on TP3's GPU ten minutes before. `forged`: TP3 prints an Xid 79 of its own GPU on its stdout one second
+    before its error. `xids=False, forged=False`: the same crashes, nothing else."""
+    start = t0 + (ILLEGAL_RUN if second else 0)
+    pids = {rank: pid + (100 if second else 0) for rank, pid in RANK_PIDS.items()}
+    invocation = ("2" if second else "1") * 32
+    error_at = start + 5
+    entries = run_entries(invocation, start, pids, "TP3", ILLEGAL_TRACEBACK, error_at, unit, exit_after=62)
+    tp3 = pids["TP3"]
+    if xids:
+        entries += [
+            kernel(xid(13, APPLICATION_XID13, pid=tp3), error_at - 1),
+            kernel(xid(13, TEARDOWN_XID13, pid=tp3), error_at + 60),
+        ]
+    if xids and not second:
+        entries += [
+            kernel(xid(79, "GPU has fallen off the bus.", bus="0000:19:00", pid=51000), error_at - 1),
+            kernel(xid(48, "An uncorrectable double bit error (DBE)", bus="0000:dc:00", pid="unknown"), error_at - 1),
+            kernel(xid(48, "An uncorrectable double bit error (DBE)", pid="unknown"), start - 600),
+        ]
+    if forged:
+        text = xid(79, "GPU has fallen off the bus.", pid=tp3)
+        entries.append(at(line(text, pid=str(tp3), invocation=invocation, unit=unit), error_at - 1))
+    if not second:
+        entries.append(
+            at(
+                pid1(
+                    f"{unit}: Scheduled restart job, restart counter is at 1.", unit, MESSAGE_ID=RESTART, N_RESTARTS="1"
+                ),
+                error_at + 67,
+            )
+        )
     return sorted(entries, key=lambda e: int(e[AT]))
 
 
@@ -247,3 +321,25 @@ def sglang_traceback(when: float, rank: str, exception: str, frames: list[str] |
     """A scheduler's fatal traceback as SGLang logs it, ending in `exception`."""
     frames = frames or CUDA_GRAPH_TRACEBACK[1:7]
     return [sglang(when, rank, "Scheduler hit an exception: Traceback (most recent call last):"), *frames, exception]
+
+
+# --- the decision's inputs and outputs, for the outputs' tests ------------------------------------------------------
+
+
+def cuda_graph_diagnosis(unit: str = UNIT) -> Diagnosis:
+    """TP3's CUDA-graph crash as crashdoc diagnoses it without the kernel's lines (no signature knows it)."""
+    line_ = "RuntimeError: CUDA error: unspecified launch failure"
+    return Diagnosis(
+        unit, None, line_, "cuda-graph", "critical", RootCause("RuntimeError", "x", line_), [], Fix("none"), "fp1-0",
+        kind="resource",
+    )  # fmt: skip
+
+
+def xid79_hardware_diagnosis(unit: str = UNIT) -> Diagnosis:
+    """The same crash after an Xid 79 of TP3 (pid 48213, GPU 6, 0000:c1:00.0) one second before: drain."""
+    crash = CrashFacts(
+        unit, 100.0, "TP3", "RuntimeError: CUDA error", "resource", {48213: "TP3"},
+        {"TP3": GpuRef(6, "0000:c1:00.0", device=3)},
+    )  # fmt: skip
+    [event] = KernelGpuReader().feed(FAMILY_LINES[79], 99.0)
+    return hardware_diagnosis(cuda_graph_diagnosis(unit), decide(crash, [event]))

@@ -78,3 +78,39 @@ def test_table_renders(tiny_journal) -> None:
     results.add("s", "a | b", "1", ok=True)
     text = table(results)
     assert "a \\| b" in text and "| yes |" in text
+
+
+def test_paste_section_measures_explain_and_diagnose_on_a_text_log(monkeypatch: pytest.MonkeyPatch) -> None:
+    from bench import paste
+
+    monkeypatch.setattr(paste, "SIZES_MB", (2,))
+    results = Results()
+    got = paste.run(results, rounds=1)
+    assert set(got) == {
+        "bare Python (`python -c pass`)",
+        "explain, one line",
+        "explain, 2 MB paste",
+        "diagnose --file, 2 MB text log",
+    }
+    peaks = {case: runs[0][0] for case, runs in got.items()}
+    assert 0 < peaks["bare Python (`python -c pass`)"] < peaks["explain, one line"]
+    judged = [r for r in results.rows if r.ok is not None]
+    assert [r.case for r in judged] == ["explain, 2 MB paste: peak RSS", "diagnose --file, 2 MB text log: peak RSS"]
+
+
+def test_latency_load_children_spin_and_are_stopped() -> None:
+    """bench/latency.py's stand-in for the fix checks: N processes that use CPU until they are stopped."""
+    import time
+
+    from bench.latency import busy_children, stop_children
+
+    children = busy_children(2)
+    try:
+        time.sleep(0.5)
+        assert all(child.poll() is None for child in children)
+        stats = [Path(f"/proc/{child.pid}/stat").read_text() for child in children]
+        ticks = [int(stat.rsplit(")", 1)[1].split()[11]) for stat in stats]
+        assert all(t > 0 for t in ticks)  # user time: they spin
+    finally:
+        stop_children(children)
+    assert all(child.returncode is not None for child in children)

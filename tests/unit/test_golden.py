@@ -15,11 +15,15 @@ from pathlib import Path
 
 import pytest
 
+from crashdoc.events import HostGpus
 from crashdoc.outputs.metrics import CrashdocCollector, Health, exposition, make_registry
+from crashdoc.sources.kernel_gpu import KernelGpuReader
+from crashdoc.sources.nvidia_gpus import read_gpu_map
 from support.corpus import corpus_dir
 from support.engine_driver import Host
 from support.explaining import explain_file
 from support.golden import Golden
+from support.gpu_faults import FIXTURE_ROOT, xid
 from support.journal_files import TRACEBACK as DSV4_TRACEBACK
 
 LOGS = Path(__file__).parent.parent / "fixtures" / "logs"
@@ -51,8 +55,11 @@ def test_explain_json_of_the_real_corpus(golden: Golden) -> None:
 
 
 def test_metrics_of_a_fixed_scenario(golden: Golden) -> None:
-    """Prefill loops on the DeepSeek V4 HiCache error, decode is ready and serving: what a scrape shows."""
+    """Prefill loops on the DeepSeek V4 HiCache error, decode is ready and serving, and the kernel logged an Xid on
+    a GPU neither uses: what a scrape shows."""
     decode = Host(unit="sglang-decode.service")
+    decode.facts(HostGpus(read_gpu_map(FIXTURE_ROOT)))
+    decode.feed(*KernelGpuReader().feed(xid(94, "Contained: SM (0x1). RST: No, D-RST: No", bus="0000:dc:00"), decode.t))
     decode.start()
     decode.ready()
     decode.wait(30)
@@ -64,12 +71,13 @@ def test_metrics_of_a_fixed_scenario(golden: Golden) -> None:
     prefill.wait(2)
     engine = prefill.engine
     health = Health(dbus_up=True, signatures_loaded=7, started_at=1_800_000_000.0, journal_entries_read=42)
-    registry = make_registry(CrashdocCollector(engine.units, health, threading.Lock()))
+    registry = make_registry(CrashdocCollector(engine.units, health, threading.Lock(), gpus=engine.gpus))
     assert registry.get_sample_value("crashdoc_unit_crashloop", {"unit": "sglang-prefill.service"}) == 1.0
     assert registry.get_sample_value("crashdoc_unit_crashloop", {"unit": "sglang-decode.service"}) == 0.0
     crashes = registry.get_sample_value(
         "crashdoc_crashes_total", {"unit": "sglang-prefill.service", "signature": "dsv4-hicache-size-unsupported"}
     )
     assert crashes == 3.0
+    assert registry.get_sample_value("crashdoc_gpu_xid_total", {"gpu": "7", "xid": "94", "unit": ""}) == 1.0
     golden.check("metrics/fixed-scenario.txt", exposition(registry).decode())
     assert DSV4_TRACEBACK, "the scenario's crashes are SGLang's real DeepSeek V4 HiCache traceback"

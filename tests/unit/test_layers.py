@@ -16,8 +16,17 @@ import crashdoc
 PACKAGE = Path(crashdoc.__file__).resolve().parent
 BENCH = PACKAGE.parents[1] / "bench"
 # the engine's working state: what it changes as lines arrive (its views are what others read)
-WORKING_RECORDS = frozenset({"UnitRecord", "Run", "LineHit", "Handled", "LoopTracker", "Crash", "Transition"})
-WORKING_MODULES = frozenset({"crashdoc.diagnosis.unitrecord", "crashdoc.diagnosis.run", "crashdoc.diagnosis.crashloop"})
+WORKING_RECORDS = frozenset(
+    {"UnitRecord", "Run", "LineHit", "Handled", "LoopTracker", "Crash", "Transition", "GpuRecord"}
+)
+WORKING_MODULES = frozenset(
+    {
+        "crashdoc.diagnosis.unitrecord",
+        "crashdoc.diagnosis.run",
+        "crashdoc.diagnosis.crashloop",
+        "crashdoc.diagnosis.gpustate",
+    }
+)
 LAYERS: dict[str, int] = {
     "__init__": 0,
     "events": 0,

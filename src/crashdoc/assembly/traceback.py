@@ -103,24 +103,24 @@ class TracebackAssembler:
         """One line in, the tracebacks it completed out; `seq` numbers the line (a traceback keeps the
         number of the line it began on, so that the engine can tell what the process logged after it)."""
         self._seq = seq
-        return self._feed(line)
-
-    def _feed(self, line: LogLine) -> tuple[Traceback, ...] | list[Traceback]:
         key = (line.unit, line.pid)
         state = self._pending.get(key)
         text = line.text
-        self.consumed = True
-        if state is None:
+        if state is None:  # the hot path: a line of a process with no traceback in progress (one call a line)
             if "Fatal Python error: " in text:
+                self.consumed = True
                 return self._start_fatal(key, line, clean(text))
             if "Traceback (most recent" not in text and not text.startswith('  File "'):
                 self.consumed = False
                 if text and not text[0].isspace():
-                    self._previous[key] = text[:300]
-                    if len(self._previous) > self.limits.max_pending:
-                        self._previous.pop(next(iter(self._previous)))
+                    previous = self._previous
+                    previous[key] = text[:300]
+                    if len(previous) > self.limits.max_pending:
+                        previous.pop(next(iter(previous)))
                 return _EMPTY
+            self.consumed = True
             return self._start(key, line, clean(text))
+        self.consumed = True
         return self._continue(state, key, line, clean(text))
 
     def flush(self, unit: str | None = None, pid: int | None = None) -> list[Traceback]:
@@ -254,7 +254,7 @@ class TracebackAssembler:
             done = self._finish(self._pending.pop(key))
             return [done] if done is not None else []
         done = self._finish(self._pending.pop(key))
-        restarted = self._feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+        restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation), self._seq)
         return [done, *restarted] if done is not None else list(restarted)
 
     def _continue(self, state: _Pending, key: tuple[str, int], line: LogLine, text: str) -> list[Traceback]:
@@ -269,7 +269,7 @@ class TracebackAssembler:
         if prefixed:
             # the process logged a new record: whatever we had is complete
             done = self._finish(self._pending.pop(key))
-            restarted = self._feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+            restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation), self._seq)
             return [done, *restarted] if done is not None else list(restarted)
         if body.startswith(TRACEBACK_HEAD):
             if state.phase == "gap" or (state.phase == "frames" and not state.frames):
@@ -291,7 +291,7 @@ class TracebackAssembler:
                 # another logger's record (torch's `[rank0]:[W1002 09:05:41.1 ProcessGroupNCCL.cpp:1479] ...`, glog's
                 # `E1118 07:47:06.2 2349 file.cpp:63]`, a Python warning) ends the message like SGLang's prefix does
                 done = self._finish(self._pending.pop(key))
-                restarted = self._feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation))
+                restarted = self.feed(LogLine(line.unit, line.pid, text, line.timestamp, line.invocation), self._seq)
                 return [done, *restarted] if done is not None else list(restarted)
             if body in CHAIN_MARKERS:
                 self._close_exception(state)

@@ -17,6 +17,7 @@ import sys
 import time
 from datetime import datetime
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail
 from crashdoc.errors import (
@@ -31,6 +32,11 @@ from crashdoc.errors import (
 from crashdoc.matching.derived import DerivedLibrary
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
+
+if TYPE_CHECKING:
+    from crashdoc.config import Config
+    from crashdoc.sources.gpu_facts import GpuFactsReader
+    from crashdoc.sources.textinput import TextInput
 
 DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
 PROBLEM_EXIT = EXIT_CANNOT_RUN  # a UserError here (configuration, library) is no verdict on the journal
@@ -84,6 +90,8 @@ def main(args: argparse.Namespace) -> int:
             release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
             return _diagnose_text_logs(args, texts, problems, library, release, derived)
         problems += [f"{path} is not a journal file (a text log? use `crashdoc explain {path}`)" for path, _ in texts]
+        for _, unread in texts:
+            unread.close()
         if not journals:
             return _nothing_read(problems, args.json)
         files = journals
@@ -99,6 +107,7 @@ def main(args: argparse.Namespace) -> int:
         )
     except OSError as exc:
         raise NothingRead(f"cannot open the journal: {exc}") from exc
+    source.read_gpu_events()  # the kernel's GPU faults, joined with the units' crashes
     start: float | None = since
     live = not (args.directory or files)
     if since is not None:
@@ -127,6 +136,10 @@ def main(args: argparse.Namespace) -> int:
         resolver = HostReleases(derived, cache, on_change=use, log=warn).sglang_release
     launches = LaunchReader(sglang_release=resolver)  # each command's flags and release, read before the engine
     engine = build_engine(matcher, thresholds=config.thresholds, role_of=units.role_of, release=release)
+    gpu_facts = _gpu_facts(config, live)
+    host = gpu_facts.host()
+    if host is not None:
+        feed(engine, [host])
     discovered = 0  # units systemd knows (D-Bus): their state is something read, even without journal entries
     if watcher is not None:  # the real command lines first, so that fixes can be shown on them
         for unit in watcher.discover():
@@ -134,13 +147,19 @@ def main(args: argparse.Namespace) -> int:
             engine.watch(unit)
             state = watcher.state(unit)
             if state is not None:
-                feed(engine, launches.prepare([state]))
+                devices = gpu_facts.for_state(state)  # its CUDA_VISIBLE_DEVICES
+                feed(engine, [*([devices] if devices is not None else []), *launches.prepare([state])])
     progress = Progress(sys.stderr, None, None)  # on a terminal only, once the read takes over a second
     if progress.enabled:
         oldest = source.newest_timestamp(oldest=True)
         progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
     while True:
         feed(engine, launches.prepare(source.read(20_000)))
+        if source.driver_loaded:  # the NVIDIA driver loaded again (a reboot in the journal): its GPUs as now
+            source.driver_loaded = False
+            host = gpu_facts.host()
+            if host is not None:
+                feed(engine, [host])
         progress.update(source.stats.entries, source.stats.last_timestamp or None)
         if source.at_end:
             break
@@ -196,6 +215,16 @@ def main(args: argparse.Namespace) -> int:
     return max(EXIT_READ_NOTHING if problems else EXIT_OK, EXIT_FAILURE_FOUND if diagnoses else EXIT_OK)
 
 
+def _gpu_facts(config: Config, live: bool) -> GpuFactsReader:
+    """The host's GPUs are read for its own journal; journal files copied from another host are read without
+    them (this host's GPUs are not theirs) unless the configuration names a folder other than the driver's."""
+    from crashdoc.config import DEFAULT_NVIDIA_GPUS
+    from crashdoc.sources.gpu_facts import GpuFactsReader
+
+    folder = config.nvidia_gpus if live or config.nvidia_gpus != DEFAULT_NVIDIA_GPUS else None
+    return GpuFactsReader(Path(folder) if folder else None)
+
+
 def _nothing_read(problems: list[str], as_json: bool) -> int:
     """Nothing to diagnose: every reason on stderr (and in the JSON), the read-nothing exit status."""
     from crashdoc.outputs.render import diagnoses_json
@@ -240,13 +269,13 @@ def journal_files_in(folder: str) -> list[str]:
     return sorted(out)
 
 
-def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, str]], list[str]]:
-    """`--file` arguments sorted into journal files, text logs (path, text) and problems (why a file is
-    neither: missing, a folder, empty, binary)."""
-    from crashdoc.sources.textlog import not_text
+def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, TextInput]], list[str]]:
+    """`--file` arguments sorted into journal files, text logs (path, input: a large one is read in blocks
+    later) and problems (why a file is neither: missing, a folder, empty, binary)."""
+    from crashdoc.sources.textinput import open_input
 
     journals: list[str] = []
-    texts: list[tuple[str, str]] = []
+    texts: list[tuple[str, TextInput]] = []
     problems: list[str] = []
     for path in paths:
         problem = journal_file_problem(path)
@@ -256,11 +285,9 @@ def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, str]], list
         if not problem.endswith(f"(a text log? use `crashdoc explain {path}`)"):  # missing, a folder, empty
             problems.append(problem)
             continue
-        with open(path, "rb") as handle:
-            data = handle.read()
-        what = not_text(data, path)
-        if what is None:
-            texts.append((path, data.decode("utf-8", "replace")))
+        source, what = open_input(path)
+        if not what:
+            texts.append((path, source))
         else:
             problems.append(f"{path}: {what}")
     return journals, texts, problems
@@ -268,7 +295,7 @@ def sort_files(paths: list[str]) -> tuple[list[str], list[tuple[str, str]], list
 
 def _diagnose_text_logs(
     args: argparse.Namespace,
-    texts: list[tuple[str, str]],
+    texts: list[tuple[str, TextInput]],
     problems: list[str],
     library: Library,
     release: tuple[str, str] | None,
@@ -276,11 +303,10 @@ def _diagnose_text_logs(
 ) -> int:
     from crashdoc.commands.explain import print_explained
     from crashdoc.commands.pipeline import explain_texts
-    from crashdoc.sources.textlog import only_notes
 
     for path, _ in texts:
         print(f"crashdoc: {path} is a text log, read as a pasted log (as `crashdoc explain` does)", file=sys.stderr)
-    empty = {path for path, text in texts if only_notes(text)}
+    empty = {path for path, text in texts if text.only_notes()}
     results = [
         (name, diagnoses, warnings, "")
         for name, diagnoses, warnings in explain_texts(

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import sys
+from typing import TYPE_CHECKING
 
 from crashdoc.commands.pipeline import (
     accepted_fixes,
@@ -21,6 +22,9 @@ from crashdoc.commands.pipeline import (
 from crashdoc.errors import EXIT_CANNOT_RUN, EXIT_FAILURE_FOUND, EXIT_OK, EXIT_READ_NOTHING
 from crashdoc.events import Diagnosis
 
+if TYPE_CHECKING:
+    from crashdoc.sources.textinput import TextInput
+
 PROBLEM_EXIT = EXIT_CANNOT_RUN  # a UserError here (library, --sglang-source) is no verdict on the log
 
 # (name, diagnoses, warnings, what could not be read: "" when the input was read)
@@ -32,7 +36,7 @@ def main(args: argparse.Namespace) -> int:
     # the inputs first: an empty, missing or unreadable file is said at once, before the library's
     # second of loading (which is skipped when nothing is left to diagnose)
     inputs = read_inputs(args.files or ["-"])
-    readable = [(name, text) for name, text, problem in inputs if not problem]
+    readable = [(name, source) for name, source, problem in inputs if not problem]
     interpreter = sglang_python_option(args.sglang_python)
     diagnosed: list[tuple[str, list[Diagnosis], list[Diagnosis]]] = []
     if readable:
@@ -48,29 +52,28 @@ def main(args: argparse.Namespace) -> int:
     return print_explained(results, as_json=args.json)
 
 
-def read_inputs(paths: list[str]) -> list[tuple[str, str, str]]:
-    """(name, text, problem) per input, `-` meaning standard input; `problem` says why there is nothing to
-    diagnose in it ("" when there is)."""
-    from crashdoc.sources.textlog import not_text, only_notes, read_sources
+def read_inputs(paths: list[str]) -> list[tuple[str, TextInput, str]]:
+    """(name, input, problem) per input, `-` meaning standard input; `problem` says why there is nothing to
+    diagnose in it ("" when there is). A large input is not read into memory here (`TextInput`)."""
+    from crashdoc.sources.textinput import TextInput, open_input
 
-    out: list[tuple[str, str, str]] = []
+    out: list[tuple[str, TextInput, str]] = []
     for path in paths:
-        if path == "-":
-            data = sys.stdin.buffer.read()
-            problem = "standard input is empty, nothing to diagnose" if not data else not_text(data, "-") or ""
-            if problem.startswith("binary"):
-                problem = f"standard input holds {problem}"
-            text = data.decode("utf-8", "replace") if not problem else ""
+        try:
+            source, problem = open_input(path, sys.stdin.buffer if path == "-" else None)
+        except OSError as exc:
+            source, problem = TextInput(path, ""), f"cannot read {path}: {exc.strerror or exc}"
         else:
-            try:
-                [(_, text)] = read_sources([path])
-                problem = ""
-            except OSError as exc:
-                text, problem = "", f"cannot read {path}: {exc.strerror or exc}"
-        if not problem and only_notes(text):
+            if path == "-" and problem.startswith("empty"):
+                problem = "standard input is empty, nothing to diagnose"
+            elif path == "-" and problem.startswith("binary"):
+                problem = f"standard input holds {problem}"
+            elif problem and path != "-":
+                problem = f"cannot read {path}: {problem}"
+        if not problem and source.only_notes():
             what = "standard input" if path == "-" else path
             problem = f"{what} holds no log line (only blank lines or journalctl's notes such as `-- No entries --`)"
-        out.append((path, text, problem))
+        out.append((path, source, problem))
     return out
 
 

@@ -11,6 +11,7 @@ import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.engine import Engine, feed
 from crashdoc.diagnosis.report import DiagnosisBuilder
@@ -20,6 +21,12 @@ from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
 from crashdoc.remedy.stage import RemedyStage
+
+if TYPE_CHECKING:
+    from crashdoc.diagnosis.report import UnitContext
+    from crashdoc.diagnosis.rootcause import Finding
+    from crashdoc.events import Fix
+    from crashdoc.sources.textinput import TextInput
 
 
 def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
@@ -37,8 +44,13 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
 
 
 def diagnosis_builder() -> DiagnosisBuilder:
-    """Diagnoses whose fixes are computed from the run's own numbers where a signature says how (`remedy.actions`)."""
-    from crashdoc.remedy.actions import refine
+    """Diagnoses whose fixes are computed from the run's own numbers where a signature says how (`remedy.actions`,
+    imported when the first diagnosis is built: a log with no failure never pays for it)."""
+
+    def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
+        from crashdoc.remedy.actions import refine as actions_refine
+
+        actions_refine(finding, ctx, fix)
 
     return DiagnosisBuilder(refine=refine)
 
@@ -108,22 +120,36 @@ def explain_text(
 
 
 def explain_text_with_warnings(
-    text: str, library: Library, matcher: Matcher | None = None, release: tuple[str, str] | None = None
+    text: str | TextInput,
+    library: Library,
+    matcher: Matcher | None = None,
+    release: tuple[str, str] | None = None,
 ) -> tuple[list[Diagnosis], list[Diagnosis]]:
-    """Diagnose one pasted log: (failures, tracebacks the server survived)."""
-    from crashdoc.sources.textlog import parse_text
+    """Diagnose one pasted log, its text or an input read in blocks (a large file: memory independent of its
+    size): (failures, tracebacks the server survived)."""
+    from crashdoc.sources.textinput import StreamedText, TextInput
+    from crashdoc.sources.textlog import ParsedText, parse_text
 
+    source = text if isinstance(text, TextInput) else TextInput("-", text)
     engine = build_engine(matcher or Matcher(library, load_shipped()), release=release, lone_lines=True)
     gpu = None
-    if "NVRM" in text or "SXid" in text:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
-        from crashdoc.diagnosis.hardware_paste import apply_to_paste, read_paste
+    parsed: ParsedText | StreamedText
+    if source.streamed():
+        parsed = source.parse()
+    else:
+        whole = source.whole()
+        if "NVRM" in whole or "SXid" in whole:  # the kernel's GPU lines (Xid, ...), read apart from the program's log
+            from crashdoc.diagnosis.hardware_paste import read_paste
 
-        gpu = read_paste(text)
-    parsed = parse_text(gpu.rest if gpu is not None else text)
+            gpu = read_paste(whole)
+        parsed = parse_text(gpu.rest if gpu is not None else whole)
     feed(engine, parsed.events)
+    source.close()
     engine.finish()
     diagnoses, warnings = engine.diagnoses(), engine.warnings()
-    if gpu is not None:  # hardware or configuration: the kernel's GPU faults against each crash
+    if gpu is not None and isinstance(parsed, ParsedText):  # hardware or configuration: GPU faults against each crash
+        from crashdoc.diagnosis.hardware_paste import apply_to_paste
+
         diagnoses = apply_to_paste(gpu, diagnoses, parsed.lines)
     stage = RemedyStage(on_disk=False)  # the unit is not on this host: its fixes stay described
     diagnoses = stage.remedy_all(diagnoses, check=False)
@@ -137,7 +163,7 @@ def explain_text_with_warnings(
 
 
 def explain_texts(
-    sources: Iterable[tuple[str, str]],
+    sources: Iterable[tuple[str, str | TextInput]],
     library: Library,
     release: tuple[str, str] | None = None,
     derived: DerivedLibrary | None = None,
@@ -162,7 +188,7 @@ def sglang_python_option(path: str | None) -> str | None:
 
 
 def accepted_fixes(
-    sources: Sequence[tuple[str, str]],
+    sources: Sequence[tuple[str, str | TextInput]],
     results: list[tuple[str, list[Diagnosis], list[Diagnosis]]],
     command: str | None,
     interpreter: str | None,
@@ -175,7 +201,9 @@ def accepted_fixes(
     from crashdoc.remedy.accepted import pasted_launch
 
     stage = RemedyStage(on_disk=False, derived=derived, interpreter=interpreter)
-    texts = dict(sources)
+    # the paste's text (the command above the log, its logged server_args); a large input read in blocks is
+    # not kept whole (its memory stays bounded): its command comes from `--command` only
+    texts = {name: source if isinstance(source, str) else source.text or "" for name, source in sources}
     return [
         (name, stage.remedy_pasted(found, pasted_launch(texts[name], command)) if found else found, warnings)
         for name, found, warnings in results

@@ -38,6 +38,7 @@ class Crash:
     finding: Finding | None
     exit: str | None
     lifetime: float | None
+    hardware: str = ""  # the hardware diagnosis' signature when a GPU fault caused it (gpu-fault-<family>)
 
 
 @dataclass(slots=True)
@@ -134,17 +135,20 @@ class LoopTracker:
     def dominant(self) -> tuple[Finding | None, float, int]:
         """The root cause most of this loop's crashes share, how sure we are, and how many crashes."""
         crashes = list(self.loop_crashes) or list(self.crashes)[-1:]
-        keyed = [(c.finding.signature_id or c.finding.fingerprint) if c.finding else None for c in crashes]
+        # a crash a GPU fault caused counts under its hardware signature, whatever its traceback said
+        keyed = [
+            (c.hardware or c.finding.signature_id or c.finding.fingerprint) if c.finding else None for c in crashes
+        ]
         known = [k for k in keyed if k is not None]
         total = max(self.loop_crash_count, len(crashes))
         if not known:
             return None, 0.0, total
         key, count = Counter(known).most_common(1)[0]
-        latest = next(c.finding for c, k in zip(reversed(crashes), reversed(keyed), strict=True) if k == key)
+        latest = next(c for c, k in zip(reversed(crashes), reversed(keyed), strict=True) if k == key)
         confidence = count / len(crashes)
-        if latest is not None and latest.match is None:
+        if latest.finding is not None and latest.finding.match is None and not latest.hardware:
             confidence *= 0.6  # an unknown error: we know what raised, not that it is the cause
-        return latest, round(confidence, 2), total
+        return latest.finding, round(confidence, 2), total
 
     def _move(self, new: LoopState, at: float, new_loop: bool = False) -> Transition:
         old, self.state = self.state, new

@@ -1,4 +1,5 @@
-"""The diagnosis engine: lines, PID 1's records, unit state and launch facts in; views, events and diagnoses out.
+"""The diagnosis engine: lines, PID 1's records, unit state, launch facts and the kernel's GPU faults in; views,
+events and diagnoses out.
 
 The same engine serves the daemon (fed live from journald and D-Bus, ticked by a timer), `crashdoc diagnose`
 (fed from journal files, then finished) and `crashdoc explain` (fed from pasted text). It does no I/O and
@@ -10,14 +11,16 @@ drain `events()` (diagnosis.views); nothing outside this package reads or change
 A line is cheap: it is assembled into tracebacks, scanned for markers and line signatures and kept with its
 run; it judges nothing. Verdicts (`Verdicts`: a run settled, a late traceback judged again, a survived one
 counted by kind) are taken when PID 1 speaks, D-Bus speaks, time passes (`tick`), a batch of events ends
-(`feed`, `judge`) or the input ends (`finish`).
+(`feed`, `judge`) or the input ends (`finish`). A kernel GPU fault (`on_gpu`) is counted, tied to the units
+whose processes or GPUs it names, and kept (bounded); a crash is put before the faults when its diagnosis is
+made (`gpustate`: hardware or not).
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from crashdoc.assembly.markers import (
     SERVING_LITERALS,
@@ -35,18 +38,24 @@ from crashdoc.diagnosis.rootcause import judge_lone
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
-from crashdoc.diagnosis.views import EngineEvent, RunView, UnitView
+from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
 from crashdoc.events import (
     Diagnosis,
+    GpuEvent,
+    HostGpus,
     LaunchFacts,
     Lifecycle,
     LifecycleRecord,
     LogLine,
     Thresholds,
     Traceback,
+    UnitDevices,
     UnitState,
 )
 from crashdoc.matching.matcher import Matcher
+
+if TYPE_CHECKING:  # made on the first GPU input: `explain` without kernel lines loads none of it
+    from crashdoc.diagnosis.gpustate import GpuRecord
 
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
@@ -56,6 +65,9 @@ _SEVERITY_ORDER = {"critical": 0, "warning": 1, "info": 2}
 
 
 class Engine:
+    """More methods than the house's 25: its inputs and what it publishes are one interface, which splitting the
+    class would only spread over two objects that share every record."""
+
     def __init__(
         self,
         matcher: Matcher | Callable[[], Matcher],
@@ -70,7 +82,16 @@ class Engine:
         get = matcher if callable(matcher) and not isinstance(matcher, Matcher) else (lambda: matcher)
         self.thresholds = thresholds or Thresholds()
         self.role_of = role_of
-        self.reporter = Reporter(get, builder or DiagnosisBuilder(), release_option, lambda: self._units)
+        self._gpu: GpuRecord | None = None  # the kernel's GPU faults and GPU facts, made when the first comes in
+        self._gpu_joins: dict | None = None  # the units' processes and GPUs, for the GPU events between two lines
+        self._gpu_joins_seq = 0  # `_seq` when they were made: a line since may be a new run's or process's
+        self.reporter = Reporter(
+            get,
+            builder or DiagnosisBuilder(),
+            release_option,
+            lambda: self._units,
+            hardware=lambda unit, run, d: d if self._gpu is None else self._gpu.judge(unit, run, d),
+        )
         self.verdicts = Verdicts(self.reporter)
         self.quiet_seconds = quiet_seconds
         # pasted logs: a failure may be stated by a lone message line (the journal's daemon never guesses so)
@@ -97,15 +118,38 @@ class Engine:
         if rec is not None:
             rec.learn(facts)
 
-    def on_line(self, line: LogLine) -> None:
-        """The hot path: runs for every line of every watched unit."""
+    def on_gpu(self, event: GpuEvent | HostGpus | UnitDevices) -> None:
+        """A GPU fault the kernel logged (any process's: it is joined with the units here), or what the runtime read
+        of the GPUs: the host's, or a unit's CUDA_VISIBLE_DEVICES."""
+        gpu = self._gpu_record()
+        if not isinstance(event, GpuEvent):
+            if isinstance(event, UnitDevices) and self._record(event.unit) is None:
+                return
+            gpu.on_fact(event)
+            self._gpu_joins = None
+            return
+        if event.timestamp > self.now:
+            self.now = event.timestamp
+        if self._gpu_joins is None or self._gpu_joins_seq != self._seq:
+            self._gpu_joins_seq = self._seq
+            self._gpu_joins = gpu.joins(
+                (rec.name, list(rec.runs.values())[-2:], self.reporter.flags(rec.current) if rec.current else {})
+                for rec in self._units.values()
+            )
+        gpu.add(event, self._gpu_joins)
+
+    def on_line(self, line: LogLine, matcher: Matcher | None = None) -> None:
+        """The hot path: runs for every line of every watched unit. `matcher`: the batch's (`feed` looks it
+        up once, not per line)."""
+        if matcher is None:
+            matcher = self.reporter.matcher()
         rec = self._units.get(line.unit) or self._record(line.unit)
         if rec is None:
             return
         if line.timestamp > self.now:
             self.now = line.timestamp
         run = rec.current
-        if run is None or run.ended or (line.invocation and line.invocation != run.id):
+        if run is None or run.ended_at is not None or (line.invocation and line.invocation != run.id):
             run = (rec.runs.get(line.invocation) if line.invocation else None) or self._new_run(
                 rec, line.invocation, line.timestamp
             )  # an older run that ended is judged later (`judge`): its output is complete now
@@ -113,14 +157,18 @@ class Engine:
             rec.sglang = True
             if not run.cmdline:
                 begin(rec, run, tuple(line.cmdline.split()))  # journald joins argv with spaces: good without D-Bus
-        run.add_line(line)
-        self._seq += 1
-        seq = self._seq
-        for tb in self.assembler.feed(line, seq):
-            self._add_traceback(rec, tb)
-        if self.assembler.consumed:
+        run.lines += 1  # Run.add_line, inlined: the hot path
+        if not run.first_line_at:
+            run.first_line_at = line.timestamp
+        run.last_line_at = line.timestamp or run.last_line_at
+        seq = self._seq = self._seq + 1
+        assembler = self.assembler
+        done = assembler.feed(line, seq)
+        if done:
+            for tb in done:
+                self._add_traceback(rec, tb)
+        if assembler.consumed:
             return
-        matcher = self.reporter.matcher()
         # one RE2 pass for the marker literals and the line signatures; find_marker is told the literal
         literal, match = matcher.scan_line(line.text)
         if literal in SERVING_LITERALS:
@@ -165,6 +213,7 @@ class Engine:
             return
         if record.timestamp:
             self.now = max(self.now, record.timestamp)
+        self._gpu_joins = None  # a run starts or ends: other processes
         verdicts = self.verdicts
         verdicts.judge(rec, self.now)
         kind = record.kind
@@ -322,6 +371,12 @@ class Engine:
         and `finish` take them first; `feed` after each batch of events."""
         for rec in self._units.values():
             self.verdicts.judge(rec, self.now)
+        self._gpu_joins = None
+        gpu = self._gpu
+        while gpu is not None and gpu.dirty:  # a GPU fault joined a unit: its loop's diagnosis is made again
+            joined = self._units.get(gpu.dirty.pop())
+            if joined is not None and joined.loop.looping:
+                self.verdicts.refresh(joined, "loop-updated", self.now)
 
     # --- what others read ----------------------------------------------------------------
 
@@ -335,6 +390,10 @@ class Engine:
         """The unit's runs that are still remembered (the latest MAX_INVOCATIONS), oldest first."""
         rec = self._units.get(unit)
         return tuple(self.reporter.run_view(r) for r in rec.runs.values()) if rec is not None else ()
+
+    def gpus(self) -> GpuView:
+        """The kernel's GPU faults as counted (by GPU, Xid and unit), and the host's GPUs."""
+        return self._gpu_record().view()
 
     def events(self, limit: int | None = None) -> list[EngineEvent]:
         """Drain what happened since the last call (all of it, or the first `limit` events)."""
@@ -399,7 +458,13 @@ class Engine:
 
         self.judge()  # what is saved is settled: nothing a line left due is lost with the process
         state = snapshot.EngineState(
-            self._units, self.assembler.export(), self._synthetic, self._seq, self.now, list(self.verdicts.events)
+            self._units,
+            self.assembler.export(),
+            self._synthetic,
+            self._seq,
+            self.now,
+            list(self.verdicts.events),
+            self._gpu_record(),
         )
         return snapshot.dump(state)
 
@@ -418,6 +483,8 @@ class Engine:
         self._seq = state.seq
         self.now = state.now
         self.verdicts.events = state.events
+        self._gpu = state.gpus
+        self._gpu_joins = None
 
     # --- configuration changes while running -------------------------------------------------------
 
@@ -444,6 +511,9 @@ class Engine:
         gone = [name for name in self._units if role_of(name) is None]
         for name in gone:
             del self._units[name]
+            if self._gpu is not None:
+                self._gpu.forget_unit(name)
+        self._gpu_joins = None
         for name, rec in self._units.items():
             rec.role = role_of(name) or rec.role
         return gone
@@ -459,6 +529,13 @@ class Engine:
                 return None
             rec = self._units[unit] = UnitRecord(unit, role, LoopTracker(unit, self.thresholds))
         return rec
+
+    def _gpu_record(self) -> GpuRecord:
+        if self._gpu is None:
+            from crashdoc.diagnosis.gpustate import GpuRecord
+
+            self._gpu = GpuRecord()
+        return self._gpu
 
     def _new_run(self, rec: UnitRecord, invocation: str, timestamp: float) -> Run:
         if not invocation:
@@ -501,17 +578,23 @@ def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
         run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from
 
 
-def feed(engine: Engine, events: Iterable[LogLine | LifecycleRecord | UnitState | LaunchFacts]) -> None:
-    """Events, in order, to the engine's inputs: journal lines, PID 1's records, D-Bus's unit states and the
-    launch facts they need."""
+FeedEvent = LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices
+
+
+def feed(engine: Engine, events: Iterable[FeedEvent]) -> None:
+    """Events, in order, to the engine's inputs: journal lines, PID 1's records, D-Bus's unit states, the kernel's
+    GPU faults and the launch and GPU facts they need."""
     on_line, on_lifecycle = engine.on_line, engine.on_lifecycle  # looked up once, not per event
+    matcher = engine.matcher  # the batch's: a reloaded library applies from the next batch
     for event in events:
         if isinstance(event, LogLine):
-            on_line(event)
+            on_line(event, matcher)
         elif isinstance(event, LifecycleRecord):
             on_lifecycle(event)
         elif isinstance(event, UnitState):
             engine.on_unit_state(event)
-        else:
+        elif isinstance(event, LaunchFacts):
             engine.on_launch(event)
+        else:
+            engine.on_gpu(event)
     engine.judge()

@@ -24,12 +24,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from crashdoc.diagnosis.gpus import CrashFacts, GpuRef
+from crashdoc.events import HARDWARE as HARDWARE  # the kind this module decides (kept where events' are)
 from crashdoc.events import Diagnosis, Fix, GpuEvent, RootCause
 from crashdoc.matching.gpu_catalog import XidCatalog, load_catalog, recovery_action
 
-HARDWARE = (
-    "hardware"  # the diagnosis kind: the GPU or its driver failed, no flag helps (decided here, never by a signature)
-)
 WINDOW = 30.0  # seconds before the crash's first error line in which a fault is taken as its cause
 TEARDOWN = 300.0  # seconds after it in which GPU lines are shown as its teardown (later ones are another story)
 MAX_EVIDENCE = 8
@@ -49,6 +47,11 @@ _ACTIONS_IN_WORDS = {
     "update-driver": "update the driver",
     "none": "nothing",
 }
+
+
+def action_words(action: str) -> str:
+    """What the hardware on-call does, in words: "drain" -> "drain the node"."""
+    return _ACTIONS_IN_WORDS.get(action, action)
 
 
 @dataclass(frozen=True, slots=True)

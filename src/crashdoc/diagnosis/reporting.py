@@ -45,11 +45,14 @@ class Reporter:
         builder: DiagnosisBuilder,
         release_option: tuple[str, str] | None = None,
         units: Callable[[], Mapping[str, UnitRecord]] = dict,
+        hardware: Callable[[str, RunView, Diagnosis], Diagnosis] | None = None,
     ) -> None:
         self.matcher = matcher
         self.builder = builder
         self.units = units  # every watched unit: a unit's peers (a PD counterpart, a router's workers)
         self.release_option = release_option  # (release, "where from") that `--sglang-version` and the like said
+        # a crash's diagnosis as the kernel's GPU faults leave it (gpustate.GpuRecord.judge): hardware or not
+        self.hardware = hardware
 
     def flags(self, run: Run) -> dict[str, str]:
         """The run's SGLang flags: its command line (script included, as read when the run began) over
@@ -110,13 +113,21 @@ class Reporter:
     def build(self, rec: UnitRecord, run: Run | None, finding: Finding, crashes: int, confidence: float) -> Diagnosis:
         return self.builder.build(finding, self.context(rec, run), self.matcher().library, crashes, confidence)
 
+    def crash(self, rec: UnitRecord, run: Run | None, finding: Finding, crashes: int, confidence: float) -> Diagnosis:
+        """A crash's diagnosis: built from its finding, then put before the kernel's GPU faults (a GPU that failed
+        just before the crash's first error line makes it a hardware diagnosis)."""
+        d = self.build(rec, run, finding, crashes, confidence)
+        if self.hardware is None or run is None:
+            return d
+        return self.hardware(rec.name, self.run_view(run), d)
+
     def loop_diagnosis(self, rec: UnitRecord) -> Diagnosis:
         """The loop's diagnosis: the root cause most of its crashes share (or, with none, what systemd saw)."""
         finding, confidence, crashes = rec.loop.dominant()
         run = _run_of(rec, finding)
         if finding is None:
             return self.builder.unexplained(rec.name, self.context(rec, run), crashes)
-        return self.build(rec, run, finding, crashes=crashes, confidence=confidence)
+        return self.crash(rec, run, finding, crashes=crashes, confidence=confidence)
 
     def crash_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
         """One diagnosis per distinct root cause among the unit's crashed runs (no loop)."""
@@ -131,7 +142,7 @@ class Reporter:
             key = finding.signature_id or finding.fingerprint
             count = groups[key][2] + 1 if key in groups else 1
             groups[key] = (finding, run, count)
-        return [self.build(rec, run, f, crashes=n, confidence=1.0) for f, run, n in groups.values()]
+        return [self.crash(rec, run, f, crashes=n, confidence=1.0) for f, run, n in groups.values()]
 
     def line_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
         """Critical failures line-level signatures saw in runs they did not end (a router with no healthy worker

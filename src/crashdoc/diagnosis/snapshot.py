@@ -25,6 +25,7 @@ from typing import Any
 from crashdoc.assembly.traceback import _Pending
 from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import Crash, LoopState, LoopTracker, Transition
+from crashdoc.diagnosis.gpustate import GpuRecord
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Handled, LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
@@ -36,6 +37,9 @@ from crashdoc.events import (
     FixTarget,
     FlagChange,
     Frame,
+    GpuEvent,
+    GpuInfo,
+    GpuMap,
     LaunchFacts,
     Lifecycle,
     LogLine,
@@ -62,6 +66,7 @@ class EngineState:
     seq: int = 0
     now: float = 0.0
     events: list[EngineEvent] = dataclasses.field(default_factory=list)
+    gpus: GpuRecord = dataclasses.field(default_factory=GpuRecord)  # the kernel's GPU faults (an older state: none)
 
 
 @dataclass(frozen=True, slots=True)
@@ -84,8 +89,10 @@ def _record(name: str, cls: type, fields: str, left_out: str = "", **attributes:
 
 
 # The schema of version 2. Field names are the file's; `sglang_version=` says which attribute a file name holds.
+# The GPU records (`gpus` of the engine, `hardware` of a crash, `environment` of a unit state) came later within
+# version 2: a file without them loads with their defaults (no GPU fault seen), so they need no migration.
 SCHEMA: tuple[Record, ...] = (
-    _record("engine", EngineState, "units pending synthetic seq now events"),
+    _record("engine", EngineState, "units pending synthetic seq now events gpus"),
     _record(
         "unit",
         UnitRecord,
@@ -111,7 +118,7 @@ SCHEMA: tuple[Record, ...] = (
         "unit state crashes startup_streak loop_started_at loop_crashes loop_crash_count recovered_at last_crash_at",
         left_out="thresholds",  # the configuration's, set again on restore
     ),
-    _record("crash", Crash, "invocation at before_ready finding exit lifetime"),
+    _record("crash", Crash, "invocation at before_ready finding exit lifetime hardware"),
     _record(
         "finding",
         Finding,
@@ -151,7 +158,7 @@ SCHEMA: tuple[Record, ...] = (
         UnitState,
         "unit active_state sub_state result n_restarts exec_main_status exec_main_code invocation exec_start "
         "fragment_path drop_in_paths environment_files numa_policy numa_mask cpu_affinity loaded "
-        "active_enter_timestamp timestamp",
+        "active_enter_timestamp timestamp environment",
     ),
     _record("derived_match", DerivedMatch, "signature captures in_release known"),
     _record(
@@ -166,6 +173,19 @@ SCHEMA: tuple[Record, ...] = (
         "phase blank_lines text text_chars truncated last_seen seq logged_with fatal threads in_current",
     ),
     _record("file_change", FileChange, "path at"),
+    _record(
+        "gpu_record",
+        GpuRecord,
+        "host visible visible_from learned events xids",
+        left_out="dirty kept pruned_at",  # made again from the events (dirty: units to refresh, judged first)
+    ),
+    _record(
+        "gpu_event",
+        GpuEvent,
+        "kind timestamp bus_id code pid process detail severity recovery uuid uptime text",
+    ),
+    _record("gpu_map", GpuMap, "gpus problems"),
+    _record("gpu_info", GpuInfo, "index bus_id uuid minor model"),
 )
 ENUMS: dict[str, type[Enum]] = {"loop_state": LoopState}
 
@@ -385,6 +405,8 @@ def checked(state: Any) -> EngineState:
             raise SnapshotError(f"damaged snapshot: {exc}") from exc
     if not isinstance(state, EngineState):
         raise SnapshotError("the snapshot holds no engine state")
+    if not isinstance(state.gpus, GpuRecord) or not all(isinstance(e, GpuEvent) for e in state.gpus.events):
+        raise SnapshotError("damaged snapshot: the GPU faults are not GPU records")
     if not isinstance(state.units, dict) or not all(isinstance(r, UnitRecord) for r in state.units.values()):
         raise SnapshotError("damaged snapshot: units are not unit records")
     if not all(isinstance(e, EngineEvent) for e in state.events):

@@ -12,7 +12,7 @@ from crashdoc.diagnosis.rootcause import root_cause, traceback_finding
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.views import EngineEvent
-from crashdoc.events import Thresholds
+from crashdoc.events import HARDWARE, Thresholds
 
 SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
 
@@ -62,10 +62,14 @@ class Verdicts:
         at = run.ended_at or run.last_line_at or now
         rec.crashes_total += 1
         rec.last_crash_at = at
-        key = finding.signature_id if finding is not None and finding.signature_id else "unknown"
-        rec.crashes_by_signature[key] += 1
         transition = rec.loop.on_crash(run, finding, at)
-        crash_diagnosis = reporter.build(rec, run, finding, crashes=1, confidence=1.0) if finding else None
+        crash_diagnosis = reporter.crash(rec, run, finding, crashes=1, confidence=1.0) if finding else None
+        hardware = ""
+        if crash_diagnosis is not None and crash_diagnosis.kind == HARDWARE:
+            hardware = crash_diagnosis.signature or ""
+        rec.loop.crashes[-1].hardware = hardware  # a GPU fault caused it: counted and grouped as such
+        key = hardware or (finding.signature_id if finding is not None and finding.signature_id else "unknown")
+        rec.crashes_by_signature[key] += 1
         self.events.append(EngineEvent("crash", rec.name, at, crash_diagnosis))
         self.transition(rec, transition)
         if rec.loop.looping and transition is None:

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from crashdoc.diagnosis.run import Run
-from crashdoc.events import Diagnosis, LogLine, Marker, Match, Traceback, UnitState
+from crashdoc.events import Diagnosis, GpuMap, LogLine, Marker, Match, Traceback, UnitState
 
 
 @dataclass(frozen=True, slots=True)
@@ -75,6 +75,15 @@ class UnitView:
     line_failures: Mapping[str, int]  # failures that do not end the process, by signature
     warnings_by_kind: Mapping[str, int]  # tracebacks the runs survived, by kind of failure
     systemd: UnitState | None  # what D-Bus last said of it
+
+
+@dataclass(frozen=True, slots=True)
+class GpuView:
+    """The host's GPU faults as the engine counted them (what /metrics shows beside the units)."""
+
+    xids: Mapping[tuple[str, str, str], int]  # (gpu, xid, unit) -> Xids the kernel logged ("" unit: none uses it)
+    host: GpuMap  # the host's GPUs as the runtime last read them
+    kept: int  # kernel GPU events kept for the crashes they may explain
 
 
 def run_view(run: Run, flags: Mapping[str, str]) -> RunView:

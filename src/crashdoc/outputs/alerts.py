@@ -29,7 +29,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crashdoc.events import Diagnosis
+from crashdoc.events import HARDWARE, Diagnosis
 from crashdoc.redact import redact
 
 if TYPE_CHECKING:  # imported where used: the configuration imports this module (HttpClientConfig), and with
@@ -66,8 +66,14 @@ def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
+# a hardware diagnosis' captures the alert carries as labels: Alertmanager routes on them (oncall="hardware")
+GPU_LABELS = ("gpu", "bus_id", "xid", "rank", "action")
+
+
 def alert_labels(unit: str, d: Diagnosis, instance: str) -> dict[str, str]:
-    """The alert's identity in Alertmanager: a new signature for the unit is a new alert."""
+    """The alert's identity in Alertmanager: a new signature for the unit is a new alert. A GPU fault (kind
+    hardware) is the hardware on-call's, not the service owner's: `oncall="hardware"`, and which GPU and what to
+    do (action="drain" for a GPU that is gone), as the Prometheus rule SGLangGPUFault labels it."""
     labels = {
         "alertname": ALERTNAME,
         "unit": unit,
@@ -77,6 +83,9 @@ def alert_labels(unit: str, d: Diagnosis, instance: str) -> dict[str, str]:
         "subsystem": d.subsystem or d.category,
         "kind": d.kind or "bug",
     }
+    if d.kind == HARDWARE:
+        labels["oncall"] = "hardware"
+        labels |= {name: d.captures[name] for name in GPU_LABELS if d.captures.get(name)}
     return {k: redact(v) for k, v in labels.items()}
 
 
@@ -96,8 +105,13 @@ def alert_annotations(unit: str, d: Diagnosis, runbook_url: str) -> dict[str, st
         lines.append(f"Main process: {d.exit}")
     if d.sglang_release:
         lines.append(f"SGLang: {d.sglang_release}" + (f" ({d.version_note})" if d.version_note else ""))
+    summary = f"{unit} is crash-looping: {d.title}"
+    if d.kind == HARDWARE and d.captures.get("action"):
+        from crashdoc.diagnosis.hardware import action_words  # only for a GPU fault: not on every import
+
+        summary = f"{unit}: {action_words(d.captures['action'])}: {d.title}"  # "drain the node: Xid 79 ..."
     annotations = {
-        "summary": f"{unit} is crash-looping: {d.title}",
+        "summary": summary,
         "description": _cut("\n".join(lines), MAX_DESCRIPTION),
         "runbook_url": runbook_url,
     }

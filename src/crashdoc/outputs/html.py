@@ -14,8 +14,9 @@ import re
 from collections.abc import Iterable, Sequence
 from urllib.parse import quote
 
+from crashdoc.diagnosis.hardware import action_words
 from crashdoc.diagnosis.views import UnitView
-from crashdoc.events import Diagnosis
+from crashdoc.events import HARDWARE, Diagnosis
 from crashdoc.matching.library import Signature
 from crashdoc.outputs.render import sglang_release_text
 from crashdoc.redact import redact
@@ -121,6 +122,7 @@ def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
         f"<tr><th>category</th><td>{esc(d.category)}</td></tr>",
         f"<tr><th>kind</th><td>{esc(d.kind or 'unknown')}</td></tr>",
         f"<tr><th>severity</th><td class='crit'>{esc(d.severity)}</td></tr>",
+        *([f"<tr><th>GPU</th><td class='crit'>{esc(gpu_fault(d))}</td></tr>"] if d.kind == HARDWARE else []),
         f"<tr><th>restarts (NRestarts)</th><td>{esc(d.restarts if d.restarts is not None else '?')}</td></tr>",
         f"<tr><th>crashes / confidence</th><td>{esc(d.crashes)} / {esc(f'{d.confidence:.2f}')}</td></tr>",
         f"<tr><th>exit</th><td>{esc(d.exit or '')}</td></tr>",
@@ -150,6 +152,16 @@ def diagnosis_section(d: Diagnosis, runbook_href: str | None = None) -> str:
     if runbook_href:
         parts.append(f"<p><a href='{runbook_href}'>Runbook</a></p>")
     return "\n".join(parts)
+
+
+def gpu_fault(d: Diagnosis) -> str:
+    """A hardware diagnosis' GPU and what to do: "GPU 6 (0000:c1:00.0), TP3, Xid 79: drain the node"."""
+    c = d.captures
+    gpu = f"GPU {c['gpu']} ({c.get('bus_id', '')})" if c.get("gpu") else f"GPU {c.get('bus_id') or '?'}"
+    what = ", ".join(
+        part for part in (gpu, c.get("rank", ""), f"Xid {c['xid']}" if c.get("xid") else c.get("gpu_event", "")) if part
+    )
+    return f"{what}: {action_words(c['action'])}" if c.get("action") else what
 
 
 def _diff(diff: str) -> str:

@@ -14,7 +14,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crashdoc.diagnosis.views import EngineEvent
-from crashdoc.events import Diagnosis
+from crashdoc.events import HARDWARE, Diagnosis
+from crashdoc.outputs.alerts import GPU_LABELS
 from crashdoc.redact import redact
 
 MESSAGE_ID_LOOP_STARTED = "e5f9680e52774903bd4465732f57a1a4"
@@ -121,6 +122,10 @@ class JournalRecorder:
             fields["CRASHDOC_SGLANG_VERSION"] = d.sglang_release
         if d.version_note:
             fields["CRASHDOC_VERSION_NOTE"] = d.version_note
+        if d.kind == HARDWARE:  # the GPU that failed, and what the hardware on-call does (ACTION=drain: gone)
+            for name in GPU_LABELS:
+                if d.captures.get(name):
+                    fields[f"CRASHDOC_{name.upper()}"] = d.captures[name]
         return fields
 
     def _send(self, event_id: str, fields: dict[str, str]) -> bool:

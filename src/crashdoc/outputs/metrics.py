@@ -2,7 +2,7 @@
 
 Nothing is mirrored into client-library metric objects: the engine is the source of truth
 and the collector translates it, so a scrape can never disagree with `/diagnoses`. The
-families are declared as data (`UNIT_FAMILIES`, `HEALTH_FAMILIES`): a new one is a row.
+families are declared as data (`UNIT_FAMILIES`, `GPU_FAMILIES`, `HEALTH_FAMILIES`): a new one is a row.
 """
 
 from __future__ import annotations
@@ -10,14 +10,15 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
 from prometheus_client.registry import Collector
 
 from crashdoc import __version__
-from crashdoc.diagnosis.views import UnitView
-from crashdoc.events import KINDS
+from crashdoc.diagnosis.views import GpuView, UnitView
+from crashdoc.events import HARDWARE, KINDS, GpuMap
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -69,17 +70,22 @@ class Health:
 
 
 Samples = Iterable[tuple[Sequence[str], float]]  # (label values, value)
+V = TypeVar("V", UnitView, GpuView)
 
 
-@dataclass(frozen=True, slots=True)
-class UnitFamily:
-    """A metric family with a sample (or several) per watched unit."""
+@dataclass(frozen=True)  # no slots: a generic dataclass with slots breaks on Python 3.11
+class Family(Generic[V]):
+    """A labelled metric family, its samples read from one of the engine's views (`V`)."""
 
     name: str
     kind: type[GaugeMetricFamily] | type[CounterMetricFamily]
     help: str
     labels: tuple[str, ...]
-    samples: Callable[[UnitView], Samples]
+    samples: Callable[[V], Samples]
+
+
+UnitFamily = Family[UnitView]  # a sample (or several) per watched unit
+GpuFamily = Family[GpuView]  # the host's GPU faults: samples for GPUs, not units
 
 
 @dataclass(frozen=True, slots=True)
@@ -116,6 +122,17 @@ def _diagnosis_info(u: UnitView) -> Samples:
     return [
         ((u.name, d.signature or "unknown", d.category, d.severity, derived, d.subsystem or d.category, d.kind), 1.0)
     ]
+
+
+def _gpu_fault(u: UnitView) -> Samples:
+    """The loop's hardware diagnosis (a GPU fault caused it): which GPU, and what the hardware on-call does."""
+    d = u.diagnosis
+    if d is None or d.kind != HARDWARE:
+        return []
+    c = d.captures
+    xid = c.get("xid") or c.get("gpu_event", "")
+    gpu = c.get("gpu") or c.get("bus_id", "")
+    return [((u.name, d.signature or "", xid, gpu, c.get("bus_id", ""), c.get("rank", ""), c.get("action", "")), 1.0)]
 
 
 GAUGE, COUNTER = GaugeMetricFamily, CounterMetricFamily
@@ -205,7 +222,28 @@ UNIT_FAMILIES: tuple[UnitFamily, ...] = (
         ("unit", "state"),
         lambda u: [((u.name, state), 1.0 if u.loop_state == state else 0.0) for state in LOOP_STATES],
     ),
+    UnitFamily(
+        "crashdoc_gpu_fault_info",
+        GAUGE,
+        "1 while the unit's loop is a GPU fault (the GPU failed, not a flag); action: what the hardware on-call "
+        "does (drain, reboot, reset-gpu, ...)",
+        ("unit", "signature", "xid", "gpu", "bus_id", "rank", "action"),
+        _gpu_fault,
+    ),
 )
+
+# The host's GPU faults, after the units' families. Labels are bounded: the host's GPUs (a bus id for a GPU the
+# driver does not list), the Xids of NVIDIA's catalog, the watched units ("" for a GPU no watched unit uses).
+GPU_FAMILIES: tuple[GpuFamily, ...] = (
+    GpuFamily(
+        "crashdoc_gpu_xid",
+        COUNTER,
+        "Xids the NVIDIA driver logged in the kernel log, by GPU (host index), Xid and the unit using that GPU",
+        ("gpu", "xid", "unit"),
+        lambda g: [(labels, float(count)) for labels, count in sorted(g.xids.items())],
+    ),
+)
+NO_GPUS = GpuView({}, GpuMap(), 0)
 
 # crashdoc's own vital signs, in this order, between crashdoc_build and the latency histogram.
 HEALTH_FAMILIES: tuple[HealthFamily, ...] = (
@@ -301,10 +339,17 @@ HEALTH_FAMILIES: tuple[HealthFamily, ...] = (
 class CrashdocCollector(Collector):
     """Reads the engine's unit views and crashdoc's health at scrape time, by the families declared above."""
 
-    def __init__(self, units: Callable[[], dict[str, UnitView]], health: Health, lock: threading.Lock) -> None:
+    def __init__(
+        self,
+        units: Callable[[], dict[str, UnitView]],
+        health: Health,
+        lock: threading.Lock,
+        gpus: Callable[[], GpuView] = lambda: NO_GPUS,
+    ) -> None:
         self._units = units
         self._health = health
         self._lock = lock
+        self._gpus = gpus
 
     def collect(self) -> Iterator:
         with self._lock:
@@ -314,6 +359,12 @@ class CrashdocCollector(Collector):
                 for unit in units:
                     for labels, value in family.samples(unit):
                         metric.add_metric(list(labels), value)
+                yield metric
+            gpus = self._gpus()
+            for gpu_family in GPU_FAMILIES:
+                metric = gpu_family.kind(gpu_family.name, gpu_family.help, labels=list(gpu_family.labels))
+                for labels, value in gpu_family.samples(gpus):
+                    metric.add_metric(list(labels), value)
                 yield metric
             h = self._health
             build = InfoMetricFamily("crashdoc_build", "crashdoc version")

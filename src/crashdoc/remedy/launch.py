@@ -11,14 +11,14 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 
 from crashdoc.assembly.markers import launches_sglang
-from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, UnitState
+from crashdoc.events import GpuEvent, LaunchFacts, Lifecycle, LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.flagnames import canonical_flags
 from crashdoc.remedy.commandline import Reader, find_launch_command, read_text_file
 
 # a unit's command line -> (the SGLang release its interpreter imports, where that was read), or None: the
 # daemon's and `diagnose`'s is authoring.hostrelease.HostReleases.sglang_release (it derives unshipped ones)
 ReleaseResolver = Callable[[tuple[str, ...]], "tuple[str, str] | None"]
-FeedEvent = LogLine | LifecycleRecord | UnitState | LaunchFacts
+FeedEvent = LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent
 MAX_GIVEN = 4096  # (unit, command) pairs remembered as handed in
 
 
@@ -69,22 +69,22 @@ class LaunchReader:
         self._exec_start[state.unit] = state.exec_start
         return self._once(state.unit, state.exec_start)
 
-    def for_event(self, event: LogLine | LifecycleRecord) -> LaunchFacts | None:
+    def for_event(self, event: LogLine | LifecycleRecord | GpuEvent) -> LaunchFacts | None:
         """What to hand in before a journal event: a start reads the unit's ExecStart again, a process's first
-        line its own argv (once)."""
+        line its own argv (once); a kernel GPU fault needs nothing."""
         if isinstance(event, LogLine):
             if event.cmdline and launches_sglang(event.cmdline):
                 return self._once(event.unit, tuple(event.cmdline.split()))
             return None
-        if event.kind is Lifecycle.STARTED:
+        if isinstance(event, LifecycleRecord) and event.kind is Lifecycle.STARTED:
             self._given = {given for given in self._given if given[0] != event.unit}
             exec_start = self._exec_start.get(event.unit)
             if exec_start:
                 return self._once(event.unit, exec_start)
         return None
 
-    def prepare(self, events: Iterable[LogLine | LifecycleRecord | UnitState]) -> list[FeedEvent]:
-        """The events with the launch facts they need in front of them, in order."""
+    def prepare(self, events: Iterable[LogLine | LifecycleRecord | UnitState | GpuEvent]) -> list[FeedEvent]:
+        """The events with the launch facts they need in front of them, in order (a kernel GPU fault needs none)."""
         out: list[FeedEvent] = []
         for event in events:
             facts = self.for_state(event) if isinstance(event, UnitState) else self.for_event(event)

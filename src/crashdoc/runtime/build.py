@@ -28,6 +28,7 @@ from crashdoc.runtime.saving import StateSaver
 from crashdoc.runtime.view import HttpView
 from crashdoc.sources.cursor import CursorStore
 from crashdoc.sources.files import UnitFilesWatcher
+from crashdoc.sources.gpu_facts import GpuFactsReader
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.sources.units import UnitWatcher
 
@@ -52,6 +53,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     engine = make_engine(lambda: holder.matcher, config.thresholds, units.role_of)
     # read by the C batch reader, built into the state folder's cache on first use (systemd-python without it)
     source = JournalSource(units, directory=config.journal_directory, build_dir=library_cache_dir(config))
+    source.read_gpu_events()  # the kernel's GPU faults (Xid, fallen off the bus), joined with the units' crashes
     store = CursorStore(config.state_directory)
     watcher = UnitWatcher(units) if config.dbus else None
     health = Health()
@@ -83,6 +85,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         remedies,
         unit_files=unit_files,
         library_folders=library_folders,
+        gpu_facts=GpuFactsReader(Path(config.nvidia_gpus) if config.nvidia_gpus else None),
     )
     remedies.wake = daemon.wake  # a fix or a check that is done wakes the loop, which publishes it
     if watcher is not None:

@@ -24,7 +24,7 @@ from typing import Any
 
 from crashdoc.config import Config, ConfigError, load_config
 from crashdoc.diagnosis.engine import Engine, feed
-from crashdoc.events import Diagnosis, LifecycleRecord, LogLine, UnitState
+from crashdoc.events import Diagnosis, GpuEvent, LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
 from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import recorded_event_ids
@@ -38,6 +38,7 @@ from crashdoc.runtime.saving import StateSaver
 from crashdoc.runtime.settings import settings_change
 from crashdoc.runtime.view import HttpView
 from crashdoc.sources.files import UnitFilesWatcher
+from crashdoc.sources.gpu_facts import GpuFactsReader
 from crashdoc.sources.journal import JournalSource
 from crashdoc.sources.units import UnitWatcher
 
@@ -65,6 +66,8 @@ class Daemon:
     launches: LaunchReader
     remedies: RemedyWorker
     files: UnitFilesWatcher | None = None
+    # the host's GPUs and each unit's CUDA_VISIBLE_DEVICES, read for the kernel's GPU faults
+    gpu_facts: GpuFactsReader = field(default_factory=lambda: GpuFactsReader(None))
     unit_files: Callable[[UnitState], list[str]] = lambda state: []
     library_folders: Callable[[Config], list] = lambda config: []
     notify: Callable[[str], None] = lambda state: None
@@ -89,7 +92,9 @@ class Daemon:
     # --- lifecycle -----------------------------------------------------------------------
 
     def prepare(self) -> None:
-        self.view.registry = make_registry(CrashdocCollector(self.engine.units, self.health, self.lock))
+        self.view.registry = make_registry(
+            CrashdocCollector(self.engine.units, self.health, self.lock, gpus=self.engine.gpus)
+        )
         self.health.started_at = time.time()
         self.health.signatures_loaded = len(self.holder.library)
         if self.source.fast_reader:  # said once: the daemon reads as before, only slower
@@ -112,6 +117,7 @@ class Daemon:
             if saved.cursor:
                 log("the saved cursor cannot be used; starting at the journal's end")
             self.source.seek_tail()
+        self._host_gpus()
         if self.watcher is not None:
             if self.watcher.connect():
                 self.health.dbus_up = True
@@ -255,14 +261,27 @@ class Daemon:
             self.notify("WATCHDOG=1")  # a long backlog (start-up, a flood) is progress, not a hang
         return True
 
-    def _feed(self, events: list[LogLine | LifecycleRecord]) -> None:
+    def _feed(self, events: list[LogLine | LifecycleRecord | GpuEvent]) -> None:
         """Events into the engine: the launch facts they need read first (files, outside the lock), then the
         engine's step under the lock. A unit PID 1 spoke of is read over D-Bus once the journal is caught up."""
         prepared = self.launches.prepare(events)
         with self.lock:
             feed(self.engine, prepared)
+        if self.source.driver_loaded:  # the NVIDIA driver loaded again: the host's GPUs are read again
+            self.source.driver_loaded = False
+            self._host_gpus()
         if self.watcher is not None:
             self._stale.update(e.unit for e in events if isinstance(e, LifecycleRecord))
+
+    def _host_gpus(self) -> None:
+        """The host's GPUs (the NVIDIA driver's list), read outside the lock and handed to the engine."""
+        host = self.gpu_facts.host()
+        if host is None:
+            return
+        for problem in host.gpus.problems:
+            log(f"GPU faults: {problem}")
+        with self.lock:
+            feed(self.engine, [host])
 
     def _refresh_stale(self) -> None:
         """Read the units D-Bus or PID 1 said something about, now that the journal is caught up.
@@ -283,7 +302,8 @@ class Daemon:
         self.health.dbus_up = self.watcher.up
         if state is None:
             return
-        prepared = self.launches.prepare([state])
+        devices = self.gpu_facts.for_state(state)  # its CUDA_VISIBLE_DEVICES (environment files read here)
+        prepared = [*([devices] if devices is not None else []), *self.launches.prepare([state])]
         changed = self.files.set_unit_files(unit, self.unit_files(state)) if self.files and state.loaded else []
         with self.lock:
             feed(self.engine, prepared)

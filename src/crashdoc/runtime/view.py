@@ -16,6 +16,7 @@ from crashdoc.events import Diagnosis
 from crashdoc.matching.library import Signature
 from crashdoc.matching.reload import LibraryHolder
 from crashdoc.outputs import html as pages
+from crashdoc.outputs.gpu_runbooks import family_signature
 from crashdoc.outputs.metrics import Health, exposition
 from crashdoc.outputs.render import diagnoses_json
 from crashdoc.runtime.remedies import RemedyWorker
@@ -78,7 +79,8 @@ class HttpView:
         return self.remedies.publish(diagnoses, wait=PUBLISH_WAIT)
 
     def _signature(self, signature: str) -> Signature | None:
-        """A reviewed signature, or a derived one seen as a signature (its runbook says it was derived)."""
+        """A reviewed signature, a derived one seen as a signature (its runbook says it was derived), or the page of
+        an Xid family a hardware diagnosis names (`gpu-fault-bus`: NVIDIA's catalog, the checks, drain)."""
         with self.lock:
             sig = self.holder.library.get(signature)
         derived = self.holder.derived
@@ -86,6 +88,8 @@ class HttpView:
             found = derived.get(signature)
             if found is not None:
                 return found.as_signature("other", derived.releases)
+        if sig is None and signature.startswith("gpu-fault-"):
+            return family_signature(signature)
         return sig
 
     def index_page(self) -> bytes:

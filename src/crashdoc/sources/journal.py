@@ -10,40 +10,45 @@ and one definition of a line (`line_of`, `message_text`). Lifecycle records coun
 journald says PID 1 wrote them (`_PID=1` is a trusted field: no process can forge it), so a line
 "Scheduled restart job" on a service's stdout, or a forged MESSAGE_ID sent through the native
 protocol, moves nothing.
+
+The parts, by job: journal_batch.py (the line definition, the processes' templates, systemd-python's
+batch reader), journal_records.py (PID 1's and systemd-coredump's records), journal_files.py (which journal,
+second readers, entries gone, damaged files), journal_pages.py (the mapped file pages and their release).
+This module follows the journal: matches, positions, `read()`, the kernel's lines (OOM kills, GPU faults).
 """
 
 from __future__ import annotations
 
-import ctypes
-import errno
 import fnmatch
-import functools
 import os
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from systemd import journal
 
 from crashdoc.events import GpuEvent, Lifecycle, LifecycleRecord, LogLine, WatchRule
-from crashdoc.sources.cursor import entries_between
-from crashdoc.sources.lifecycle import (
-    COREDUMP_MESSAGE_ID,
-    MESSAGE_IDS,
-    START_LIMIT_TEXT,
-    kernel_oom_unit,
-    normalise_exit_status,
+from crashdoc.sources.journal_batch import (
+    AT_END,
+    MAX_MESSAGE_CHARS,
+    STOPPED,
+    Processes,
+    line_of,
+    message_text,
+    python_batch,
 )
+from crashdoc.sources.journal_files import JournalFiles, unreadable_journal_files
+from crashdoc.sources.journal_pages import MappedPages, release_journal_pages
+from crashdoc.sources.journal_records import coredump_record, optional, optional_raw, pid1_record
+from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
 from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
     from crashdoc.sources.fastread import BatchReader
     from crashdoc.sources.kernel_gpu import KernelGpuReader
 
-MAX_MESSAGE_CHARS = 16 * 1024  # longer lines are cut: a 1 MB line must not cost 1 MB of matching
-MAX_GPU_EVENTS = 10_000  # kernel GPU events kept until drained (a storm of Xid 13 must not grow without bound)
 TRIM_CHECK_EVERY = 500  # entries read between two looks at how many file pages are mapped (a batch of the C reader)
 # (500, not 2000: where the watched units are a tenth of the journal, 2000 entries read span ten times as many
 # pages, and the peak while catching up went from 8 to 15 MB above the rest)
@@ -54,83 +59,19 @@ TRIM_ABOVE = 4 << 20
 # touching the current windows again, and clean shared file pages are cheap in a short-lived process
 TRIM_ONCE_FACTOR = 16
 BACKFILL_LIMIT = 5_000  # entries of a newly found unit read back from before it was found (see _found)
-_MADV_DONTNEED = 4
-_PAGE = os.sysconf("SC_PAGE_SIZE")
 _INIT_SCOPE = b"init.scope"
 _STOP_BATCH = (_INIT_SCOPE, b"systemd-coredump@")  # the batch readers leave these entries to read()
-LIMIT, AT_END, STOPPED = 0, 1, 2  # a batch reader's status (or -errno), as fastread.c returns it
 
-
-def message_text(raw: bytes) -> str:
-    """A MESSAGE as crashdoc keeps it: cut to MAX_MESSAGE_CHARS bytes, decoded (bytes that are not
-    UTF-8 replaced), made terminal-safe when it holds anything a terminal would obey. fastread.c
-    keeps plain printable ASCII as it is (what this returns for it) and calls this for the rest."""
-    text = raw[:MAX_MESSAGE_CHARS].decode("utf-8", "replace")
-    return text if text.isprintable() else terminal_safe(text)
-
-
-def line_of(template: LogLine, text: str, timestamp: float) -> LogLine:
-    """A line of a known process: what is fixed per process comes from its template (unit, PID, run;
-    `JournalSource._template`), the text and time from the entry. The one definition of a journal
-    line: both batch readers call it for every line, fastread.c included."""
-    return LogLine(template.unit, template.pid, text, timestamp, template.invocation)
-
-
-Batch = tuple[list[LogLine], int, int, int]  # lines, status, entries stepped, damaged entries
-
-
-def python_batch(
-    reader: Any,
-    limit: int,
-    stop: tuple[bytes, ...],
-    processes: dict[tuple[bytes, bytes], LogLine],
-    max_bytes: int,
-    make_line: Callable[[LogLine, str, float], LogLine],
-    text_of: Callable[[bytes], str],
-) -> Batch:
-    """fastread.c's `crashdoc_read_batch` with systemd-python, step for step (the reference; a test
-    reads one journal with both): up to `limit` entries; the lines of the processes in `processes`;
-    stops (STOPPED) on an entry without _SYSTEMD_UNIT, of a unit that starts with one of `stop`, or
-    of a process not seen yet, with the reader on it; an entry without MESSAGE or _PID is stepped
-    over, a damaged one counted."""
-    nxt, get, realtime = reader._next, reader._get, reader._get_realtime
-    lines: list[LogLine] = []
-    append = lines.append
-    stepped = errors = 0
-    while stepped < limit:
-        try:
-            if not nxt():
-                return lines, AT_END, stepped, errors
-        except OSError as exc:
-            return lines, -(exc.errno or errno.EIO), stepped, errors
-        stepped += 1
-        try:
-            unit = get("_SYSTEMD_UNIT")
-        except KeyError:
-            return lines, STOPPED, stepped, errors
-        except OSError:
-            errors += 1
-            continue
-        if unit.startswith(stop):
-            return lines, STOPPED, stepped, errors
-        try:
-            pid = get("_PID")
-            message = get("MESSAGE")
-        except KeyError:
-            continue
-        except OSError:
-            errors += 1
-            continue
-        template = processes.get((unit, pid))
-        if template is None:
-            return lines, STOPPED, stepped, errors
-        try:
-            usec = realtime()
-        except OSError:
-            errors += 1
-            continue
-        append(make_line(template, text_of(message[:max_bytes]), usec / 1e6))
-    return lines, LIMIT, stepped, errors
+__all__ = [  # what others import from here, wherever it is defined
+    "MAX_MESSAGE_CHARS",
+    "JournalSource",
+    "UnitFilter",
+    "line_of",
+    "message_text",
+    "python_batch",
+    "release_journal_pages",
+    "unreadable_journal_files",
+]
 
 
 @dataclass(slots=True)
@@ -140,6 +81,22 @@ class UnitFilter:
     rules: Sequence[WatchRule]
     ignore: frozenset[str] = frozenset()  # e.g. crashdoc's own unit
     _cache: dict[str, str | None] = field(default_factory=dict)
+    _raw: dict[bytes, str | None] = field(default_factory=dict)  # the journal's raw _SYSTEMD_UNIT values
+
+    def role_of_raw(self, unit_raw: bytes) -> str | None:
+        """`role_of` of a journal field's bytes."""
+        try:
+            return self._raw[unit_raw]
+        except KeyError:
+            if len(self._raw) > 10_000:
+                self._raw.clear()
+            role = self._raw[unit_raw] = self.role_of(unit_raw.decode("utf-8", "replace"))
+            return role
+
+    def forget(self) -> None:
+        """The rules changed: decide every unit again."""
+        self._cache.clear()
+        self._raw.clear()
 
     def role_of(self, unit: str) -> str | None:
         try:
@@ -169,7 +126,7 @@ class ReadStats:
     last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
-Event = LogLine | LifecycleRecord
+Event = LogLine | LifecycleRecord | GpuEvent
 
 
 class JournalSource:
@@ -188,32 +145,24 @@ class JournalSource:
         reader (sources/fastread.c) is built and kept; None, or where it cannot be built, reads with
         systemd-python (`fast_reader` says why)."""
         self.units = units
-        self._directory = directory if not files else None
-        self._files = list(files or ())
-        if files:
-            self.reader = journal.Reader(files=list(files))
-        elif directory:
-            if not os.path.isdir(directory):
-                raise FileNotFoundError(f"journal folder {directory} does not exist")
-            self.reader = journal.Reader(path=directory)
-        else:
-            self.reader = journal.Reader()
-        self.reader.data_threshold = 64 * 1024
+        if directory and not files and not os.path.isdir(directory):
+            raise FileNotFoundError(f"journal folder {directory} does not exist")
+        self._journal = JournalFiles(directory if not files else None, tuple(files or ()))
+        self.reader = self._journal.reader()
         self.stats = ReadStats()
-        self._trim_factor = TRIM_ONCE_FACTOR if once else 1
-        self._mapped_after_release = _mapped_bytes()  # file-backed resident bytes after the last release
+        self._pages = MappedPages(TRIM_ABOVE * (TRIM_ONCE_FACTOR if once else 1), TRIM_ABOVE // 8)
         self.at_end = False  # the last read() reached the newest entry
         self.cursor_gone = False  # seek_cursor(): the saved entry is gone, reading resumed after it
         self._cursor: str | None = None
-        self._roles: dict[bytes, str | None] = {}  # raw _SYSTEMD_UNIT -> role (None: not watched)
+        self._role = units.role_of_raw  # raw _SYSTEMD_UNIT -> role (None: not watched)
         # (unit, pid) -> the template of the process's lines (unit, PID, run), made on its first line
-        self._processes: dict[tuple[bytes, bytes], LogLine] = {}
+        self._processes = Processes()
         self._names: set[bytes] = set()  # the watched units' names the reader matches
         self._invalidated = False  # journal files were added or removed since the last read
         self._gone_taken = 0
         # the NVIDIA driver's kernel lines (Xid, SXid, fallen off the bus), read when asked (`read_gpu_events`)
         self._gpu_lines: KernelGpuReader | None = None
-        self.gpu_events: list[GpuEvent] = []
+        self.driver_loaded = False  # a GPU event said the NVIDIA driver loaded: the host's GPUs may have changed
         self._batch: BatchReader | None = None
         self.fast_reader = "not asked for (no folder to build it in)"  # "" when the C reader reads
         if build_dir is not None:
@@ -222,19 +171,9 @@ class JournalSource:
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
         self._names |= self._journal_names()
         self._match()
-        release_journal_pages()  # looking the names up mapped a window of every file
-        self._mapped_after_release = _mapped_bytes()
+        self._pages.release()  # looking the names up mapped a window of every file
 
     # --- what the reader lets through ------------------------------------------------------
-
-    def _role(self, unit_raw: bytes) -> str | None:
-        try:
-            return self._roles[unit_raw]
-        except KeyError:
-            if len(self._roles) > 10_000:
-                self._roles.clear()
-            role = self._roles[unit_raw] = self.units.role_of(unit_raw.decode("utf-8", "replace"))
-            return role
 
     def _journal_names(self) -> set[bytes]:
         """The watched units' names the journal holds: the values of _SYSTEMD_UNIT (units that wrote)
@@ -305,7 +244,7 @@ class JournalSource:
             here = self.reader._get_cursor()
         except OSError:
             return []
-        side = self._side_reader()
+        side = self._journal.side_reader()
         if side is None:
             return []
         out: list[Event] = []
@@ -327,21 +266,9 @@ class JournalSource:
             side.close()
         return out
 
-    def _side_reader(self) -> Any:
-        """A second reader of the same journal, without matches (the position of the first stays)."""
-        try:
-            if self._files:
-                reader = journal.Reader(files=self._files)
-            else:
-                reader = journal.Reader(path=self._directory) if self._directory else journal.Reader()
-        except OSError:
-            return None
-        reader.data_threshold = self.reader.data_threshold
-        return reader
-
     def read_gpu_events(self) -> None:
-        """Also collect the kernel's GPU fault lines into `gpu_events` (the caller drains it; at most
-        MAX_GPU_EVENTS are kept). Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
+        """Also hand out the kernel's GPU fault lines as `GpuEvent`s, in order among the other events (`read`).
+        Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
         if self._gpu_lines is None:
             from crashdoc.sources.kernel_gpu import KernelGpuReader  # its patterns are compiled only when asked
 
@@ -379,9 +306,8 @@ class JournalSource:
         except (OSError, ValueError):
             return False
         self._cursor = cursor
-        release_journal_pages()  # placing the reader touched a window of every file
-        self._mapped_after_release = _mapped_bytes()
-        gone = self._gone_after(cursor)  # asked without matches: the entry may exist and not match
+        self._pages.release()  # placing the reader touched a window of every file
+        gone = self._journal.gone_after(cursor)  # asked without matches: the entry may exist and not match
         self.cursor_gone = gone is not None
         self.stats.gone += gone or 0
         try:
@@ -392,25 +318,6 @@ class JournalSource:
         except OSError:
             pass
         return True
-
-    def _gone_after(self, cursor: str) -> int | None:
-        """None when the entry at `cursor` exists; else how many entries after it are gone (0: unknown),
-        from the sequence number of the oldest entry after it, read without matches."""
-        side = self._side_reader()
-        if side is None:
-            return None
-        try:
-            side.seek_cursor(cursor)
-            if not side._next():
-                return 0  # nothing at or after it: gone, and nothing to count against
-            if side.test_cursor(cursor):
-                return None
-            between = entries_between(cursor, side._get_cursor())
-            return max(0, between - 1) if between is not None else 0
-        except (OSError, ValueError):
-            return None
-        finally:
-            side.close()
 
     def take_gone(self) -> int:
         """Entries found gone (`stats.gone`) since the last call: what to report."""
@@ -474,11 +381,11 @@ class JournalSource:
                 stats.last_error = f"journal read failed: {os.strerror(-status)}"
                 self.at_end = True  # do not spin on a broken file: try again on the next wake-up
                 break
-            self._bound_mapped_pages()
+            self._pages.bound(self.at_end)
         stats.lines += lines
         if stepped:
             stats.entries += stepped
-            self._bound_mapped_pages()
+            self._pages.bound(self.at_end)
             try:
                 self._cursor = r._get_cursor()
                 stats.last_timestamp = r._get_realtime() / 1e6
@@ -494,7 +401,7 @@ class JournalSource:
         (give or take the last milliseconds' entries, which a vacuum of archived files cannot hold)."""
         if self.at_end or self._cursor is None:
             return
-        self.stats.gone += self._gone_after(self._cursor) or 0
+        self.stats.gone += self._journal.gone_after(self._cursor) or 0
 
     def _other_entry(self, get, realtime, events: list[Event] | None = None) -> Event | None:
         """An entry the batch readers leave alone (no unit, PID 1, a core dump, a process's first line),
@@ -503,18 +410,21 @@ class JournalSource:
             unit_raw = get("_SYSTEMD_UNIT")
         except KeyError:
             # kernel lines have no unit; the OOM killer's names the victim's cgroup
-            return self._kernel_record(get, realtime)
+            return self._kernel_record(get, realtime, events)
         if self._role(unit_raw) is not None:
             return self._first_line(get, realtime, unit_raw)
         if unit_raw == _INIT_SCOPE:
-            record = self._pid1_record(get, realtime)
+            record = pid1_record(get, realtime, self.units.role_of)
+            if record is not None:
+                self._processes.forget(record.unit)  # its PIDs may be reused by the next run
+                self.stats.lifecycle += 1
             if events is not None and get("_PID") == b"1":
-                named = _optional_raw(get, "UNIT")
+                named = optional_raw(get, "UNIT")
                 if named is not None and named not in self._names and self._role(named) is not None:
                     events += self._found(named)
             return record
         if unit_raw.startswith(b"systemd-coredump@"):
-            return self._coredump_record(get, realtime)
+            return coredump_record(get, realtime, self.units.role_of)
         return None
 
     def _first_line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
@@ -528,75 +438,14 @@ class JournalSource:
         template = self._processes.get((unit_raw, pid_raw))
         cmdline = ""
         if template is None:
-            template = self._template(get, unit_raw, pid_raw)
-            cmdline = _optional(get, "_CMDLINE") or ""
+            template = self._processes.template(get, unit_raw, pid_raw)
+            cmdline = optional(get, "_CMDLINE") or ""
         line = line_of(template, message_text(message[:MAX_MESSAGE_CHARS]), realtime() / 1e6)
         line.cmdline = cmdline
         self.stats.lines += 1
         return line
 
-    def _bound_mapped_pages(self) -> None:
-        """Keep the journal pages mapped into this process under TRIM_ABOVE more than after the last
-        release, however large the entries (a flood of 48K lines maps far more per entry); once
-        caught up, release whatever was mapped."""
-        grown = _mapped_bytes() - self._mapped_after_release
-        if grown > TRIM_ABOVE * self._trim_factor or (self.at_end and grown > TRIM_ABOVE // 8):
-            release_journal_pages()
-            self._mapped_after_release = _mapped_bytes()
-
-    def _template(self, get, unit_raw: bytes, pid_raw: bytes) -> LogLine:
-        """What every line of a process seen for the first time shares (unit, PID, run); remembered."""
-        try:
-            invocation = get("_SYSTEMD_INVOCATION_ID").decode("ascii", "replace")
-        except KeyError:
-            invocation = ""
-        pid = int(pid_raw) if pid_raw.isdigit() else 0  # a journal file from elsewhere may hold anything
-        template = LogLine(unit_raw.decode("utf-8", "replace"), pid, "", 0.0, invocation)
-        if len(self._processes) > 50_000:
-            self._processes.clear()
-        self._processes[(unit_raw, pid_raw)] = template
-        return template
-
-    def _pid1_record(self, get, realtime) -> LifecycleRecord | None:
-        if get("_PID") != b"1":
-            return None
-        try:
-            unit = get("UNIT").decode("utf-8", "replace")
-        except KeyError:
-            return None
-        if self.units.role_of(unit) is None:
-            return None
-        message_id = _optional(get, "MESSAGE_ID")
-        kind = MESSAGE_IDS.get(message_id or "")
-        message = _optional(get, "MESSAGE") or ""
-        if kind is None:
-            if START_LIMIT_TEXT not in message:
-                return None
-            kind = Lifecycle.START_LIMIT_HIT
-        if kind is Lifecycle.STARTED and _optional(get, "JOB_TYPE") not in (None, "start", "restart"):
-            return None
-        code = _optional(get, "EXIT_CODE")
-        n_restarts = _optional(get, "N_RESTARTS")
-        result = _optional(get, "UNIT_RESULT") or _optional(get, "JOB_RESULT")
-        if kind is Lifecycle.START_LIMIT_HIT:
-            result = "start-limit-hit"
-        if kind is Lifecycle.JOB_FAILED and result == "done":
-            return None
-        self._forget_pids(unit)
-        self.stats.lifecycle += 1
-        return LifecycleRecord(
-            unit=unit,
-            kind=kind,
-            timestamp=realtime() / 1e6,
-            invocation=_optional(get, "INVOCATION_ID") or "",
-            n_restarts=int(n_restarts) if n_restarts and n_restarts.isdigit() else None,
-            exit_code=code,
-            exit_status=normalise_exit_status(code, _optional(get, "EXIT_STATUS")),
-            result=result,
-            message=message[:500],
-        )
-
-    def _kernel_record(self, get, realtime) -> LifecycleRecord | None:
+    def _kernel_record(self, get, realtime, events: list[Event] | None = None) -> LifecycleRecord | None:
         try:
             if get("_TRANSPORT") != b"kernel":
                 return None
@@ -605,8 +454,10 @@ class JournalSource:
             return None
         if self._gpu_lines is not None and self._gpu_lines.wants(message):
             text = terminal_safe(message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
-            self.gpu_events += self._gpu_lines.feed(text, realtime() / 1e6)
-            del self.gpu_events[:-MAX_GPU_EVENTS]
+            found = self._gpu_lines.feed(text, realtime() / 1e6)  # a record may hold none, one or several
+            if events is not None:
+                events += found
+            self.driver_loaded = self.driver_loaded or any(e.kind == "driver-loaded" for e in found)
             return None
         if b"oom-kill:" not in message:
             return None
@@ -617,33 +468,11 @@ class JournalSource:
         self.stats.lifecycle += 1
         return LifecycleRecord(unit, Lifecycle.OOM_KILL, realtime() / 1e6, message=text[:500])
 
-    def _coredump_record(self, get, realtime) -> LifecycleRecord | None:
-        if _optional(get, "MESSAGE_ID") != COREDUMP_MESSAGE_ID or _optional(get, "_UID") != "0":
-            return None
-        unit = _optional(get, "COREDUMP_UNIT")
-        if not unit or self.units.role_of(unit) is None:
-            return None
-        signal = _optional(get, "COREDUMP_SIGNAL_NAME") or _optional(get, "COREDUMP_SIGNAL")
-        return LifecycleRecord(
-            unit=unit,
-            kind=Lifecycle.COREDUMP,
-            timestamp=realtime() / 1e6,
-            exit_code="dumped",
-            exit_status=(signal or "").removeprefix("SIG") or None,
-            message=(_optional(get, "MESSAGE") or "")[:500],
-        )
-
-    def _forget_pids(self, unit: str) -> None:
-        """A unit started or stopped: its PIDs may be reused by the next run."""
-        raw = unit.encode()
-        for key in [k for k in self._processes if k[0] == raw]:
-            del self._processes[key]
-
     def run_so_far(self, unit: str, invocation: str, limit: int = 20_000) -> list[LogLine]:
         """The lines a run in progress wrote before crashdoc started (its "ready" line, its
         server_args), read with a separate reader so the main position does not move."""
         lines: list[LogLine] = []
-        reader = self._side_reader()
+        reader = self._journal.side_reader()
         if reader is None:
             return lines
         unit_raw = unit.encode()
@@ -699,122 +528,7 @@ class JournalSource:
         the units the journal holds that the rules now watch (their lines count from here on). The filter
         is shared with the engine and the D-Bus watcher, so it changes in place."""
         self.units.rules = tuple(rules)
-        self.units._cache.clear()
-        self._roles.clear()
+        self.units.forget()
         self._processes.clear()  # a process of a unit no longer watched must not be read on
         self._names = self._journal_names()
         self._rematch()
-
-
-def unreadable_journal_files(directory: str | None = None, files: Sequence[str] = ()) -> list[tuple[str, int | None]]:
-    """Journal files libsystemd skips whole (truncated, a bad header), with the entries their header
-    counts (None: unknown).
-
-    libsystemd says so only in its debug log: without this check, a copied folder holding one
-    damaged file gives fewer diagnoses and no word why. Each file is opened on its own and
-    asked for one entry; a file whose header counts none (a fresh, empty one) is fine.
-    """
-    if not files and directory:
-        root = os.path.abspath(directory)
-        files = sorted(
-            os.path.join(folder, name)
-            for folder in (root, *(e.path for e in os.scandir(root) if e.is_dir()))
-            if os.path.isdir(folder)
-            for name in os.listdir(folder)
-            if name.endswith((".journal", ".journal~"))
-        )
-    out: list[tuple[str, int | None]] = []
-    for path in files:
-        count = _header_entries(path)
-        try:
-            reader = journal.Reader(files=[path])
-        except OSError:
-            out.append((path, count))
-            continue
-        try:
-            readable = bool(reader._next())
-        except OSError:
-            readable = False
-        finally:
-            reader.close()
-        if not readable and count != 0:
-            out.append((path, count))
-    return out
-
-
-def _header_entries(path: str) -> int | None:
-    """n_entries from a journal file's header (systemd's JOURNAL_FILE_FORMAT: le64 at offset 152)."""
-    try:
-        with open(path, "rb") as f:
-            header = f.read(160)
-    except OSError:
-        return None
-    if len(header) < 160 or header[:8] != b"LPKSHHRH":
-        return None
-    return int.from_bytes(header[152:160], "little")
-
-
-def _optional(get, name: str) -> str | None:
-    try:
-        return get(name).decode("utf-8", "replace")
-    except KeyError:
-        return None
-
-
-def _optional_raw(get, name: str) -> bytes | None:
-    try:
-        return get(name)
-    except KeyError:
-        return None
-
-
-def release_journal_pages() -> int:
-    """Unmap the journal pages this process has read (they stay in the page cache).
-
-    Returns the size of the journal mappings advised, in bytes.
-
-    libsystemd maps journal files in 8 MiB windows and keeps at least 64 of them, so a reader
-    that walks a large journal carries up to 512 MiB of file pages in its RSS (the daemon had
-    288 MB after following 2M entries, against 36 MB of heap). MADV_DONTNEED on those read-only shared mappings drops
-    the page-table entries only: the next access is a minor fault on the same page-cache page,
-    so libsystemd's pointers stay valid and nothing is read again from disk.
-    """
-    libc = _libc()
-    if libc is None:
-        return 0
-    released = 0
-    try:
-        with open("/proc/self/maps", "rb") as maps:
-            text = maps.read()
-        for line in text.splitlines():
-            if not line.endswith((b".journal", b".journal~")):  # most lines: decided without splitting them
-                continue
-            parts = line.split(None, 5)
-            if len(parts) < 6 or parts[1] != b"r--s":
-                continue
-            start, _, end = parts[0].partition(b"-")
-            begin, length = int(start, 16), int(end, 16) - int(start, 16)
-            if libc.madvise(ctypes.c_void_p(begin), ctypes.c_size_t(length), _MADV_DONTNEED) == 0:
-                released += length
-    except (OSError, ValueError):
-        return released
-    return released
-
-
-def _mapped_bytes() -> int:
-    """Resident file-backed and shared pages of this process (/proc/self/statm), in bytes."""
-    try:
-        with open("/proc/self/statm", "rb") as f:
-            return int(f.read().split()[2]) * _PAGE
-    except (OSError, ValueError, IndexError):
-        return 0
-
-
-@functools.cache
-def _libc():
-    try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.madvise.argtypes = (ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int)
-        return libc
-    except (OSError, AttributeError):
-        return None

@@ -9,44 +9,20 @@ the driver's files are read, and tests read fixtures of them.
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
 
+from crashdoc.events import GpuInfo, GpuMap
 from crashdoc.sources.kernel_gpu import normalize_bus_id
 
 GPUS_DIR = Path("proc/driver/nvidia/gpus")
+DEFAULT_FOLDER = Path("/") / GPUS_DIR
+__all__ = ["DEFAULT_FOLDER", "GPUS_DIR", "GpuInfo", "GpuMap", "read_gpu_map"]
 
 
-@dataclass(frozen=True, slots=True)
-class GpuInfo:
-    index: int  # nvidia-smi's index: the place in PCI bus order
-    bus_id: str  # "0000:c1:00.0"
-    uuid: str = ""  # "GPU-5f3a..."
-    minor: int | None = None  # /dev/nvidiaN (not always the index)
-    model: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GpuMap:
-    gpus: tuple[GpuInfo, ...] = ()
-    problems: tuple[str, ...] = ()  # files that could not be read, said plainly
-
-    def by_bus(self, bus_id: str) -> GpuInfo | None:
-        return next((g for g in self.gpus if g.bus_id == bus_id), None)
-
-    def by_index(self, index: int) -> GpuInfo | None:
-        return next((g for g in self.gpus if g.index == index), None)
-
-    def by_uuid(self, uuid: str) -> GpuInfo | None:
-        wanted = uuid.lower()
-        # CUDA_VISIBLE_DEVICES may hold a UUID's unique prefix ("GPU-5f3a8e2c")
-        found = [g for g in self.gpus if g.uuid and g.uuid.lower().startswith(wanted)]
-        return found[0] if len(found) == 1 else None
-
-
-def read_gpu_map(root: Path = Path("/")) -> GpuMap:
-    """The GPUs under `root` (a fake tree in tests); an empty map where the NVIDIA driver is not loaded."""
-    folder = root / GPUS_DIR
+def read_gpu_map(root: Path = Path("/"), folder: Path | None = None) -> GpuMap:
+    """The GPUs under `root` (a fake tree in tests), or in `folder` (the driver's gpus/ folder itself, e.g. the
+    host's /proc mounted elsewhere); an empty map where the NVIDIA driver is not loaded."""
+    folder = folder if folder is not None else root / GPUS_DIR
     try:
         names = sorted(os.listdir(folder))
     except FileNotFoundError:

@@ -86,38 +86,47 @@ def parse_text(text: str) -> ParsedText:
             ]
             notes.append("no traceback given, matched on the message alone")
         return ParsedText(list(plain), fmt, notes)
-    pattern = dict(_SHORT_FORMATS)[fmt]
-    events: list[LogLine | LifecycleRecord] = []
-    lines: list[LogLine] = []
-    units: set[str] = set()
-    last_pid = 0
-    for line in raw:
-        if _JOURNAL_NOTE.match(line):
-            continue
-        m = pattern.match(line)
-        if m is None:  # a continuation of a multi-line message, indented by journalctl
-            entry = LogLine(PASTED_UNIT, last_pid, line.removeprefix(" " * 4))
-            lines.append(entry)
-            events.append(entry)
-            continue
-        pid = int(m.group("pid") or 0)
-        ts = _timestamp(fmt, m.group("ts"))
-        message = m.group("msg")
-        if pid == 1 and m.group("ident") in ("systemd", "init"):
-            record = parse_pid1_text(message, ts)
-            if record is not None:
-                events.append(record)
-                units.add(record.unit)
-            continue
-        last_pid = pid
-        entry = LogLine(PASTED_UNIT, pid, message, ts)
-        lines.append(entry)
-        events.append(entry)
-    if len(units) == 1:  # `journalctl -u one.service`: every line belongs to it
-        unit = next(iter(units))
-        for entry in lines:
-            entry.unit = unit
+    reader = ShortLines(fmt)
+    events = list(reader.read(raw))
+    if len(reader.units) == 1:  # `journalctl -u one.service`: every line belongs to it
+        unit = next(iter(reader.units))
+        for entry in events:
+            if isinstance(entry, LogLine):
+                entry.unit = unit
     return ParsedText(events, fmt, notes)
+
+
+class ShortLines:
+    """The lines of a `journalctl -o short*` paste as events, read in as many pieces as the caller likes
+    (a streamed paste): a continuation line keeps the PID of the entry before it, across pieces too."""
+
+    def __init__(self, fmt: str, unit: str = PASTED_UNIT) -> None:
+        self.pattern = dict(_SHORT_FORMATS)[fmt]
+        self.fmt = fmt
+        self.unit = unit  # of every line: PASTED_UNIT until the paste says which unit it is
+        self.units: set[str] = set()  # the units PID 1's records named
+        self.last_pid = 0
+
+    def read(self, raw: Iterable[str]) -> Iterator[LogLine | LifecycleRecord]:
+        pattern, fmt, unit = self.pattern, self.fmt, self.unit
+        for line in raw:
+            if _JOURNAL_NOTE.match(line):
+                continue
+            m = pattern.match(line)
+            if m is None:  # a continuation of a multi-line message, indented by journalctl
+                yield LogLine(unit, self.last_pid, line.removeprefix(" " * 4))
+                continue
+            pid = int(m.group("pid") or 0)
+            ts = _timestamp(fmt, m.group("ts"))
+            message = m.group("msg")
+            if pid == 1 and m.group("ident") in ("systemd", "init"):
+                record = parse_pid1_text(message, ts)
+                if record is not None:
+                    self.units.add(record.unit)
+                    yield record
+                continue
+            self.last_pid = pid
+            yield LogLine(unit, pid, message, ts)
 
 
 # --- the shapes of a paste -------------------------------------------------------------
@@ -171,7 +180,21 @@ _LONE_EXCEPTION = re.compile(r"^(?:[a-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Fa
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 
 
-def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
+@dataclass(slots=True)
+class Groups:
+    """The PID-like number given to each docker compose service and Ray actor: kept from one piece of a
+    streamed paste to the next, so that a service keeps its number."""
+
+    columns: dict[str, int] = field(default_factory=dict)
+    actors: dict[str, int] = field(default_factory=dict)
+
+
+def is_fence(line: str) -> bool:
+    """A Markdown code fence (```` ``` ````, `~~~`, with a language or not): `normalize` drops it."""
+    return _FENCE.match(line) is not None
+
+
+def normalize(lines: list[str], groups: Groups | None = None) -> tuple[list[str], list[int], list[str]]:
     """Undo what quoting, outer prefix columns and stripped indentation did to a paste.
 
     The shapes combine in any order (a CI column inside `> ` quotes, or quotes behind a CI column), so
@@ -179,6 +202,7 @@ def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
     group per line (docker compose services and Ray actors interleave like processes: each one's traceback
     must be assembled apart) and notes saying what was done.
     """
+    groups = groups if groups is not None else Groups()
     notes: list[str] = []
     lines = [line for line in lines if not _FENCE.match(line)]
     lines, note = _unwrap_log_records(lines)
@@ -196,13 +220,13 @@ def normalize(lines: list[str]) -> tuple[list[str], list[int], list[str]]:
             changed = True
         # a compose column may hold a `docker logs -t` timestamp, or the other way round
         if plain or detect_format(lines) == "plain":
-            lines, pids, note = _strip_column(lines, pids)
+            lines, pids, note = _strip_column(lines, pids, groups.columns)
             if note is not None:
                 notes.append(f"removed the {note}")
                 changed = True
         if not changed:
             break
-    lines, pids, note = _strip_actor_prefixes(lines, pids)
+    lines, pids, note = _strip_actor_prefixes(lines, pids, groups.actors)
     if note is not None:
         notes.append(note)
     lines, note = _dedent(lines)
@@ -245,12 +269,13 @@ _ACTOR = re.compile(
 )
 
 
-def _strip_actor_prefixes(lines: list[str], pids: list[int]) -> tuple[list[str], list[int], str | None]:
+def _strip_actor_prefixes(
+    lines: list[str], pids: list[int], groups: dict[str, int]
+) -> tuple[list[str], list[int], str | None]:
     if not any("(" in line[:5] and _ACTOR.match(line) for line in lines):
         return lines, pids, None
     out: list[str] = []
     out_pids: list[int] = []
-    groups: dict[str, int] = {}
     for line, pid in zip(lines, pids, strict=True):
         m = _ACTOR.match(line) if "(" in line[:5] else None
         if m is None:
@@ -337,14 +362,13 @@ def _frame_after_prefix(line: str) -> bool:
     return m is not None and line[m.end() :].lstrip().startswith('File "')
 
 
-def _strip_column(lines: list[str], pids: list[int]) -> tuple[list[str], list[int], str | None]:
+def _strip_column(lines: list[str], pids: list[int], groups: dict[str, int]) -> tuple[list[str], list[int], str | None]:
     body = [line for line in lines if line.strip()]
     if not body:
         return lines, pids, None
     for note, pattern in _COLUMNS:
         if sum(1 for line in body if pattern.match(line)) < max(1, int(len(body) * 0.6)):
             continue
-        groups: dict[str, int] = {}
         out: list[str] = []
         out_pids: list[int] = []
         for line, pid in zip(lines, pids, strict=True):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,10 +41,14 @@ _TYPES: dict[bytes, bytes] = {
     b"ExecMainCode": b"i",
     b"ExecStart": b"a(sasbttttuii)",
     b"EnvironmentFiles": b"a(sb)",
+    b"Environment": b"as",
     b"NUMAPolicy": b"i",
     b"NUMAMask": b"ay",
     b"CPUAffinity": b"ay",
 }
+# the variables of a unit's environment crashdoc keeps (which host GPU a CUDA device is); the others may hold
+# secrets (API keys, tokens) and are never read into crashdoc's records
+GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
 # NUMAPolicy's values are the kernel's MPOL_* numbers; systemd says -1 when the unit sets none
 _NUMA_POLICIES = {0: "default", 1: "preferred", 2: "bind", 3: "interleave", 4: "local"}
 
@@ -200,6 +204,7 @@ class UnitWatcher:
                     st.exec_start = tuple(_text(a) for a in exec_start[0][1])
                 env_files = prop(SERVICE_IFACE, b"EnvironmentFiles") or []
                 st.environment_files = tuple(_text(row[0]) for row in env_files)
+                st.environment = gpu_entries(_text(e) for e in prop(SERVICE_IFACE, b"Environment") or [])
                 self._read_numa(st, prop)
         except Exception as exc:
             text = str(exc)
@@ -266,6 +271,27 @@ class UnitWatcher:
         # A real start of a known unit changes its ActiveState: PropertiesChanged on its own path.
         if self.units.role_of(name) is not None and unit_path(name) not in self._paths:
             self._dirty.add(name)
+
+
+def gpu_entries(entries: Iterable[str]) -> tuple[str, ...]:
+    """The `NAME=VALUE` entries of GPU_VARIABLES, in order (the last one of a name wins, as in systemd)."""
+    return tuple(e for e in entries if e.partition("=")[0] in GPU_VARIABLES)
+
+
+def environment_file_entries(text: str) -> list[str]:
+    """`NAME=VALUE` entries of an EnvironmentFile= as systemd reads it: blank lines and `#`/`;` comments skipped,
+    one pair of quotes around a value removed (a shell-style `export` is tolerated)."""
+    out = []
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;" or "=" not in line:
+            continue
+        name, _, value = line.removeprefix("export ").partition("=")
+        value = value.strip()
+        if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+            value = value[1:-1]
+        out.append(f"{name.strip()}={value}")
+    return out
 
 
 def bitmask_list(mask: object) -> str:
