@@ -21,7 +21,8 @@ from crashdoc.authoring.mine.tree import locate
 from crashdoc.cli import main
 from crashdoc.events import FlagChange
 from crashdoc.remedy.argfacts import ArgFacts, load_shipped
-from crashdoc.remedy.candidates import Current, Failure, candidates
+from crashdoc.remedy.candidates import candidates
+from crashdoc.remedy.failing import Current, Failure
 from crashdoc.remedy.pasted import command_in_paste, parse_command
 from crashdoc.remedy.search import Budget, accepted_fix
 from support.sglang_env import fake_sglang_tree, sglang_python, tiny_model

@@ -16,8 +16,8 @@ from dataclasses import dataclass, replace
 from crashdoc.events import Diagnosis, FlagChange
 from crashdoc.matching.derived import DerivedLibrary, release_key
 from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary, load_shipped
-from crashdoc.remedy.candidates import Failure
 from crashdoc.remedy.commandline import LaunchCommand
+from crashdoc.remedy.failing import Failure
 from crashdoc.remedy.rewrite import describe, is_environment
 from crashdoc.remedy.search import DEFAULT_BUDGET, Budget, SearchResult, Understand, accepted_fix
 

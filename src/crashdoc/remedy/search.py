@@ -19,9 +19,10 @@ from dataclasses import dataclass, field, replace
 from crashdoc.events import FlagChange
 from crashdoc.remedy import conditions
 from crashdoc.remedy.argfacts import ArgFacts
-from crashdoc.remedy.candidates import Candidate, Current, Failure, apply_values, candidates
+from crashdoc.remedy.candidates import Candidate, apply_values, candidates
 from crashdoc.remedy.checker import Answer, Request, SGLangChecker, child_environment
 from crashdoc.remedy.commandline import LaunchCommand, join_argv
+from crashdoc.remedy.failing import Current, Failure
 from crashdoc.remedy.rewrite import apply_changes, describe, is_environment
 
 PER_FAILURE = 8  # candidates checked for one failure at a time
