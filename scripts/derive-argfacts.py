@@ -61,7 +61,8 @@ def main() -> int:
     tmp = out.with_suffix(".tmp")
     tmp.write_bytes(data)
     tmp.replace(out)
-    print(f"{len(library.rows)} option records over {len(library.releases)} releases -> {out} ({len(data) / 1e3:.0f} kB)")
+    records, releases = len(library.rows), len(library.releases)
+    print(f"{records} option records over {releases} releases -> {out} ({len(data) / 1e3:.0f} kB)")
     return 0
 
 

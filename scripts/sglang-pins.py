@@ -37,7 +37,11 @@ PINS: dict[str, dict[str, str]] = {
 def pins_of(wheel: str) -> dict[str, str]:
     with zipfile.ZipFile(wheel) as z:
         meta = next(n for n in z.namelist() if n.endswith(".dist-info/METADATA"))
-        text = z.read(meta).decode("utf-8", "replace")
+        return pins_in(z.read(meta).decode("utf-8", "replace"))
+
+
+def pins_in(text: str) -> dict[str, str]:
+    """The pins of one METADATA text (a wheel's, or an installed release's dist-info)."""
     pins: dict[str, str] = {}
     for line in text.splitlines():
         if not line.startswith("Requires-Dist:"):
