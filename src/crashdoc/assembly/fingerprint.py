@@ -7,7 +7,6 @@ line numbers (they change with every release) nor PIDs or ranks.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from functools import lru_cache
 
@@ -68,5 +67,7 @@ def fingerprint_text(*parts: str) -> str:
 
 def _digest(parts: list[str]) -> str:
     """`fp1-` and 16 hex digits: the version tag says which recipe made it."""
+    import hashlib  # OpenSSL's, 3 ms at import: only a traceback is fingerprinted, not a healthy log
+
     digest = hashlib.sha1("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
     return f"fp{FINGERPRINT_VERSION}-{digest}"

@@ -20,7 +20,6 @@ from crashdoc.events import Diagnosis, Thresholds
 from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
-from crashdoc.remedy.stage import RemedyStage
 
 if TYPE_CHECKING:
     from crashdoc.diagnosis.report import UnitContext
@@ -151,9 +150,12 @@ def explain_text_with_warnings(
         from crashdoc.diagnosis.hardware_paste import apply_to_paste
 
         diagnoses = apply_to_paste(gpu, diagnoses, parsed.lines)
-    stage = RemedyStage(on_disk=False)  # the unit is not on this host: its fixes stay described
-    diagnoses = stage.remedy_all(diagnoses, check=False)
-    warnings = stage.remedy_all(warnings, check=False)
+    if diagnoses or warnings:  # a log with no failure never imports the remedy stage (5 ms of `explain`)
+        from crashdoc.remedy.stage import RemedyStage
+
+        stage = RemedyStage(on_disk=False)  # the unit is not on this host: its fixes stay described
+        diagnoses = stage.remedy_all(diagnoses, check=False)
+        warnings = stage.remedy_all(warnings, check=False)
     # how the paste was read (quote markers, a CI column, ...): the evidence says it, once per diagnosis
     notes = [f"read the pasted log after: {n}" for n in parsed.notes if not n.startswith("no traceback given")]
     if notes:

@@ -14,8 +14,6 @@ Set over every pattern (compiled on first use) finds the candidates for a messag
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
 import re
 import zlib
@@ -220,6 +218,8 @@ def literal_prefix(pattern: str) -> str:
 
 
 def signature_id(exception_type: str, template: str) -> str:
+    import hashlib  # deriving alone names signatures: `explain` of a healthy log never imports OpenSSL's
+
     digest = hashlib.sha1(f"{exception_type}\0{template}".encode()).hexdigest()[:12]
     return f"derived-{digest}"
 
@@ -548,6 +548,8 @@ def dumps(library: DerivedLibrary) -> bytes:
         "signatures": sorted((_stored_row(r) for r in library.records), key=lambda r: str(r[0])),
     }
     text = json.dumps(body, separators=(",", ":"), sort_keys=True)  # ASCII: parsed as 1 byte per char
+    import gzip  # writing the shipped file is the deriving script's job
+
     return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
 
 

@@ -7,9 +7,9 @@ good one (hot reload relies on that).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields
 from functools import cache
@@ -167,6 +167,8 @@ class FileCache:
         by_file: dict[str, list[Signature]] = {}
         for sig in library.signatures:
             by_file.setdefault(sig.origin.rsplit(":", 1)[0], []).append(sig)
+        import hashlib  # the daemon's reloads alone: a one-shot command never imports OpenSSL's
+
         for path in files:
             try:
                 raw = path.read_bytes()
@@ -179,6 +181,8 @@ class FileCache:
             raw = path.read_bytes()
         except OSError:
             return load_file(path)  # says why, with the file's name
+        import hashlib
+
         digest = hashlib.blake2b(raw, digest_size=16).digest()
         known = self._files.get(str(path))
         if known is not None and known[0] == digest:
@@ -202,7 +206,9 @@ def load_library(
         paths = [Path(f) for f in folders]
         files = signature_files(paths)
         code = [Path(__file__), _SCHEMA_PATH]  # how files are validated and turned into signatures
-        name = "library-" + hashlib.blake2b("\0".join(map(str, paths)).encode(), digest_size=8).hexdigest()
+        # the file's name only tells folder sets apart (the key inside decides): zlib's CRC spares importing
+        # hashlib (OpenSSL's, 3 ms) on every warm start
+        name = f"library-{zlib.crc32(chr(0).join(map(str, paths)).encode()):08x}"
         library = compiled.load(
             name,
             lambda: Digest(*map(str, paths)).add_files([*code, *files]).hexdigest(),
