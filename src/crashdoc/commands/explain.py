@@ -32,7 +32,7 @@ def main(args: argparse.Namespace) -> int:
     readable = [(name, source) for name, source, problem in inputs if not problem]
     diagnosed: list[tuple[str, list[Diagnosis], list[Diagnosis]]] = []
     if readable:
-        library = load_library_or_fail(args.signatures)
+        library = load_library_or_fail(args.signatures, matching_only=True)
         release, derived = derived_setup(args.sglang_version, args.sglang_source)
         diagnosed = explain_texts(readable, library, release, derived)
     answers = iter(diagnosed)

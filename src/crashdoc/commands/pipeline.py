@@ -28,8 +28,9 @@ if TYPE_CHECKING:
     from crashdoc.sources.textinput import TextInput
 
 
-def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
-    """The library in `dirs` (the built-in one when None), or a UserError listing its problems."""
+def load_library_or_fail(dirs: Sequence[str] | None, *, matching_only: bool = False) -> Library:
+    """The library in `dirs` (the built-in one when None), or a UserError listing its problems; `matching_only`
+    for a command that shows no signature's examples or runbook page (`library.matching_part`)."""
     from crashdoc.matching.cache import CompiledCache, default_cache_directory
     from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
 
@@ -37,7 +38,7 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
     if not folders:
         raise UserError("no signature library found (the package is incomplete); pass --signatures DIR")
     try:  # validated once, then read back from the cache while the files stay the same
-        return load_library(folders, compiled=CompiledCache(default_cache_directory()))
+        return load_library(folders, compiled=CompiledCache(default_cache_directory()), matching_only=matching_only)
     except LibraryError as exc:
         raise UserError(exc.said("the signature library has problems")) from exc
 
