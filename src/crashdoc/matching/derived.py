@@ -25,13 +25,14 @@ import re2
 
 from crashdoc.events import FlagChange
 from crashdoc.matching.library import Signature
+from crashdoc.text import LazyPattern
 
 DATA_FORMAT = 2
 MAX_MESSAGE_CHARS = 4000  # what a message is matched on: patterns are anchored at its start
 PREFIX_KEY = 8  # characters of a pattern's literal start used as an index key
 MAX_CAPTURE_CHARS = 200  # a hole's captured value, as kept in a diagnosis
 CONFIDENCE = 0.6  # a derived answer: below any reviewed signature's
-_RELEASE_PART = re.compile(r"(\d+)|\.?(post|rc|dev|a|b)(\d*)")
+_RELEASE_PART = LazyPattern(r"(\d+)|\.?(post|rc|dev|a|b)(\d*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,7 +123,7 @@ class DerivedSignature:
         return self.sites[-1]
 
 
-_ALLOWED = re.compile(r"(?:one of|expected|must be|valid(?: values)?(?: are)?:?)\s*:?\s*'(?P<value>[\w.-]+)'")
+_ALLOWED = LazyPattern(r"(?:one of|expected|must be|valid(?: values)?(?: are)?:?)\s*:?\s*'(?P<value>[\w.-]+)'")
 
 
 def variable_fix(variable: str, template: str) -> tuple[tuple[FlagChange, ...], str]:
