@@ -10,6 +10,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import Generic, TypeVar
 
 from prometheus_client import CollectorRegistry, generate_latest
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
@@ -69,28 +70,22 @@ class Health:
 
 
 Samples = Iterable[tuple[Sequence[str], float]]  # (label values, value)
+V = TypeVar("V", UnitView, GpuView)
 
 
-@dataclass(frozen=True, slots=True)
-class UnitFamily:
-    """A metric family with a sample (or several) per watched unit."""
-
-    name: str
-    kind: type[GaugeMetricFamily] | type[CounterMetricFamily]
-    help: str
-    labels: tuple[str, ...]
-    samples: Callable[[UnitView], Samples]
-
-
-@dataclass(frozen=True, slots=True)
-class GpuFamily:
-    """A metric family of the host's GPU faults (the engine's GpuView): samples for GPUs, not units."""
+@dataclass(frozen=True)  # no slots: a generic dataclass with slots breaks on Python 3.11
+class Family(Generic[V]):
+    """A labelled metric family, its samples read from one of the engine's views (`V`)."""
 
     name: str
     kind: type[GaugeMetricFamily] | type[CounterMetricFamily]
     help: str
     labels: tuple[str, ...]
-    samples: Callable[[GpuView], Samples]
+    samples: Callable[[V], Samples]
+
+
+UnitFamily = Family[UnitView]  # a sample (or several) per watched unit
+GpuFamily = Family[GpuView]  # the host's GPU faults: samples for GPUs, not units
 
 
 @dataclass(frozen=True, slots=True)
