@@ -221,6 +221,10 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
+    own_process = argv is None  # not a caller's (e.g. a test's)
+    if own_process:
+        gc.disable()  # parsing and imports make no garbage: collections meanwhile would walk what they build (~3 ms;
+        # a usage error or help ends the process with it off)
     parser = build_parser()
     args = parser.parse_args(with_dash_values(parser, sys.argv[1:] if argv is None else list(argv)))
     if args.command is None:
@@ -229,11 +233,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command in ("signatures", "runbooks") and args.action is None:
         (_subparser(parser, args.command) or parser).print_help()  # like `crashdoc` alone: help, usage status
         return EXIT_USAGE
-    module = importlib.import_module(f"crashdoc.commands.{COMMANDS[args.command]}")
-    if argv is None:  # a process of its own (not a caller's, e.g. a test's)
-        # what the imports built lives as long as the process: out of the collector's sight, neither the
-        # collections while it runs nor the last one at exit walk it again (~10 ms of a one-line `explain`)
-        gc.freeze()
+    try:
+        module = importlib.import_module(f"crashdoc.commands.{COMMANDS[args.command]}")
+    finally:
+        if own_process:
+            # what the imports built lives as long as the process: out of the collector's sight, neither the
+            # collections while the command runs nor the last one at exit walk it again (~10 ms of `explain`)
+            gc.freeze()
+            gc.enable()
     try:
         return int(module.main(args))
     except KeyboardInterrupt:
