@@ -19,8 +19,9 @@ the latency into the process's dying (last line -> exit) and crashdoc's part (ex
 
 `load` N (`python -m bench --only latency --latency-load 20`): N CPU-heavy child processes spin beside the
 daemon for the whole measurement, the stand-in for the fix checks (SGLang's argument checks of candidate
-fixes, run outside the daemon's process) until the real checks are wired: the detection latency must not
-move while they run (issue 26: p50 <= 300 ms, p99 <= 600 ms).
+fixes, run outside the daemon's process): the detection latency must not move while they run (issue 26:
+p50 <= 300 ms, p99 <= 600 ms). `python -m bench.accepted_latency` measures beside the real ones: twenty fix
+searches the daemon runs with SGLang 0.5.23's own checks (`beside`, `beside_units`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,10 @@ import threading
 import time
 import urllib.request
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
 
 from bench.common import PYTHON, ROOT, Results, log, percentile
 
@@ -196,14 +200,21 @@ def measure(
     timeout: float = 300.0,
     restart_sec: float = 0.3,
     units: tuple[str, ...] = (PREFILL, DECODE),
+    beside: Callable[[Any, Any], Callable[[], dict]] | None = None,
+    beside_units: Callable[[Path], dict[str, str]] | None = None,
     load: int = 0,
 ) -> dict:
+    """`load`: CPU-heavy children beside the daemon; `beside_units(workdir)`: more units in the sandbox (watched
+    as role any); `beside(sandbox, crashdoc)`: run once crashdoc is up, before the measured units start (work to
+    measure beside, e.g. `bench.accepted_latency`'s real fix searches); what it returns is called at the end and
+    its result kept as `res["beside"]`."""
     from crashdoc.sandbox.systemd import PrivateSystemd, make_workdir
 
     start_crashdoc = _e2e().start_crashdoc
 
     workdir = make_workdir()
-    sandbox = PrivateSystemd(crash_units(restart_sec), workdir, start_units=[], keep_workdir=False)
+    more = beside_units(workdir) if beside_units is not None else {}
+    sandbox = PrivateSystemd({**crash_units(restart_sec), **more}, workdir, start_units=[], keep_workdir=False)
     sandbox.start()
     cd = None
     obs = None
@@ -213,9 +224,11 @@ def measure(
             "units:\n"
             f'  - {{name: "{PREFILL}", role: prefill}}\n'
             f'  - {{name: "{DECODE}", role: decode}}\n'
-            f"dbus: {'true' if dbus else 'false'}\n"
+            + "".join(f'  - {{name: "{name}", role: any}}\n' for name in more)
+            + f"dbus: {'true' if dbus else 'false'}\n"
         )
         cd = start_crashdoc(sandbox, config=config)
+        after = beside(sandbox, cd) if beside is not None else None
         obs = Observer(cd.base, interval)
         obs.start()
         children = busy_children(load)
@@ -253,6 +266,7 @@ def measure(
         samples.sort(key=lambda s: s["latency"])
         histogram = _histogram(cd)
         return {
+            "beside": after() if after is not None else {},
             "crashes_ended": len(truth),
             "samples": samples,
             "polls": obs.polls,

@@ -168,6 +168,18 @@ def build_parser() -> argparse.ArgumentParser:
     explain.add_argument(
         "--json", action="store_true", help="print JSON, one object per line for several files (default: text)"
     )
+    explain.add_argument(
+        "--command",
+        dest="launch_command",
+        metavar="'CMD'",
+        help="the launch command that failed (default: the one the paste shows above its log)",
+    )
+    explain.add_argument(
+        "--sglang-python",
+        metavar="PATH",
+        help="an interpreter with the failing SGLang release: crashdoc runs its argument checks on each candidate "
+        "fix (default: none; candidates are ranked with the release's argument facts, not checked)",
+    )
     _library_args(explain)
     _release_args(explain)
 

@@ -288,7 +288,10 @@ def test_kill_9_twenty_times_loses_nothing_and_duplicates_nothing(sandbox_factor
         assert not [i for i, n in ids.items() if n > 1], records
         for unit in looping:
             kinds = collections.Counter(r["CRASHDOC_EVENT"] for r in records if r["CRASHDOC_UNIT"] == unit)
-            assert kinds == {"loop-started": loops, "stopped": loops}, (unit, kinds)
+            # a loop's fix once SGLang's checks spoke: a follow-up record, never in the outbox (a kill before it
+            # lands asks again once D-Bus reads the unit; a check already done is in the loop's own record)
+            checked = kinds.pop("fix-checked", 0)
+            assert kinds == {"loop-started": loops, "stopped": loops} and checked <= loops, (unit, kinds, checked)
         print(f"crashdoc's records: {len(records)}, duplicates: 0")
         # a kill during a save leaves a temporary file; the next start sweeps it
         # (cache/ holds the compiled signature library, not state)

@@ -177,11 +177,14 @@ def test_older_releases_get_their_own_switch_for_cuda_graphs(explain) -> None:
     assert "`--disable-cuda-graph`" in d.fix.summary
 
 
+RELEASE_LINE = "[2026-01-01 00:00:00] sglang version: 0.5.22\n"  # what SGLang logs at start-up
+
+
 @pytest.mark.parametrize(
     ("name", "line"),
     [
         ("missing-gguf.log", "pip install gguf"),
-        ("missing-flashinfer.log", f"pip install 'flashinfer_python=={PINS[LATEST]['flashinfer_python']}'"),
+        ("missing-flashinfer.log", "pip install flashinfer_python"),  # the unit's release unknown: no pin
         ("missing-mooncake-hicache.log", "pip install mooncake-transfer-engine"),
     ],
 )
@@ -190,18 +193,36 @@ def test_missing_package_gives_the_pip_line(explain, name: str, line: str) -> No
     assert f"`{line}`" in d.fix.summary
 
 
+def test_the_pin_is_the_units_release_and_only_a_condition_when_the_release_is_unknown(explain) -> None:
+    known = explain(RELEASE_LINE + _log("missing-flashinfer.log"))
+    assert f"`pip install 'flashinfer_python=={PINS['0.5.22']['flashinfer_python']}'`" in known.fix.summary
+    unknown = explain(_log("missing-flashinfer.log"))
+    pin = f"flashinfer_python=={PINS[LATEST]['flashinfer_python']}"
+    assert pin not in unknown.fix.summary
+    assert any(
+        f"if the unit runs SGLang {LATEST} (its release is not known here" in w and pin in w for w in unknown.fix.why
+    )
+
+
 def test_version_mismatch_names_the_pinned_version(explain) -> None:
-    d = explain(_log("transformers-import-name.log"))
-    assert any(f"SGLang {LATEST} pins transformers=={PINS[LATEST]['transformers']}" in w for w in d.fix.why)
-    assert any(f"pip install 'transformers=={PINS[LATEST]['transformers']}'" in w for w in d.fix.why)
+    d = explain(RELEASE_LINE + _log("transformers-import-name.log"))
+    assert any(f"SGLang 0.5.22 pins transformers=={PINS['0.5.22']['transformers']}" in w for w in d.fix.why)
+    assert any(f"pip install 'transformers=={PINS['0.5.22']['transformers']}'" in w for w in d.fix.why)
 
 
 def test_undefined_symbol_pins_the_kernel_package_and_torch_together(explain) -> None:
     """The published message of sgl-project/sglang#5100."""
-    d = explain(_log("sgl-kernel-undefined-symbol.log"))
+    d = explain(RELEASE_LINE + _log("sgl-kernel-undefined-symbol.log"))
     assert d.signature == "native-extension-abi-mismatch"
-    kernel, torch = PINS[LATEST]["sglang-kernel"], PINS[LATEST]["torch"]
-    assert any(f"pip install 'sglang-kernel=={kernel}' 'torch=={torch}'" in w for w in d.fix.why)
+    kernel, torch = PINS["0.5.22"]["sglang-kernel"], PINS["0.5.22"]["torch"]
+    assert any(
+        f"To match SGLang 0.5.22: `pip install 'sglang-kernel=={kernel}' 'torch=={torch}'`" in w for w in d.fix.why
+    )
+    unknown = explain(_log("sgl-kernel-undefined-symbol.log"))  # as pasted: no release in it
+    assert not any(w.startswith("To match SGLang") for w in unknown.fix.why)
+    assert any(
+        w.startswith(f"If the unit runs SGLang {LATEST} (its release is not known here") for w in unknown.fix.why
+    )
 
 
 CORPUS = corpus_dir()

@@ -10,7 +10,7 @@ from hypothesis import strategies as st
 
 from crashdoc.remedy.commandline import (
     Where,
-    find_invocation,
+    find_launch_command,
     is_flag,
     join_argv,
     scan_shell,
@@ -74,8 +74,8 @@ def files(mapping: dict[str, str]):
     ],
 )
 def test_direct_exec_start(argv: list[str], wrappers: list[str]) -> None:
-    located = find_invocation(argv, files({}))
-    inv = located.invocation
+    located = find_launch_command(argv, files({}))
+    inv = located.command
     assert inv is not None, located.problems
     assert inv.where is Where.ARGV
     assert [w.name for w in inv.wrappers] == wrappers
@@ -85,21 +85,22 @@ def test_direct_exec_start(argv: list[str], wrappers: list[str]) -> None:
 
 
 def test_sglang_serve_and_router_entry_points() -> None:
-    inv = find_invocation(["/opt/venv/bin/sglang", "serve", "deepseek-ai/DeepSeek-V4", "--tp", "8"]).invocation
+    inv = find_launch_command(["/opt/venv/bin/sglang", "serve", "deepseek-ai/DeepSeek-V4", "--tp", "8"]).command
     assert inv is not None
     assert inv.value("--tp") == "8"
     assert [inv.words[i].value for i in inv.positionals] == ["deepseek-ai/DeepSeek-V4"]
-    inv = find_invocation(["python3", "-m", "sglang_router.launch_server", "--model-path", "m", "--dp", "2"]).invocation
+    router = ["python3", "-m", "sglang_router.launch_server", "--model-path", "m", "--dp", "2"]
+    inv = find_launch_command(router).command
     assert inv is not None and inv.value("--dp") == "2"
-    inv = find_invocation(["python3", "-msglang.launch_server", "--port", "1"]).invocation
+    inv = find_launch_command(["python3", "-msglang.launch_server", "--port", "1"]).command
     assert inv is not None and inv.value("--port") == "1"
 
 
 def test_environment_and_docker_are_reported() -> None:
     argv = ["/usr/bin/env", "HF_HOME=/models", "NCCL_IB_HCA=mlx5_0", "python3", *SERVER]
-    assert find_invocation(argv).invocation.environment == (("HF_HOME", "/models"), ("NCCL_IB_HCA", "mlx5_0"))
+    assert find_launch_command(argv).command.environment == (("HF_HOME", "/models"), ("NCCL_IB_HCA", "mlx5_0"))
     docker = ["/usr/bin/docker", "run", "--gpus", "all", "-e", "A=B", "img:1", "python3", *SERVER]
-    assert find_invocation(docker).invocation.container == "docker"
+    assert find_launch_command(docker).command.container == "docker"
 
 
 @pytest.mark.parametrize(
@@ -120,7 +121,7 @@ def test_environment_and_docker_are_reported() -> None:
     ],
 )
 def test_shell_command_strings(argv: list[str]) -> None:
-    inv = find_invocation(argv).invocation
+    inv = find_launch_command(argv).command
     assert inv is not None
     assert inv.where is Where.ARGV_SHELL
     assert inv.argv_index == len(argv) - 1
@@ -140,8 +141,8 @@ def test_shell_command_strings(argv: list[str]) -> None:
 )
 def test_launch_script_behind_exec_start(exec_start: list[str]) -> None:
     read = files({"/opt/sglang/prefill.sh": "prefill.sh", "/opt/sglang/wrapper.sh": "wrapper.sh"})
-    located = find_invocation(exec_start, read)
-    inv = located.invocation
+    located = find_launch_command(exec_start, read)
+    inv = located.command
     assert inv is not None, located.problems
     assert inv.where is Where.SCRIPT
     assert inv.path == "/opt/sglang/prefill.sh"
@@ -156,12 +157,12 @@ def test_launch_script_behind_exec_start(exec_start: list[str]) -> None:
 
 def test_relative_script_resolves_against_working_directory() -> None:
     read = files({"/srv/sglang/prefill.sh": "prefill.sh"})
-    located = find_invocation(["/bin/bash", "prefill.sh"], read, working_directory="/srv/sglang")
-    assert located.invocation is not None and located.invocation.path == "/srv/sglang/prefill.sh"
+    located = find_launch_command(["/bin/bash", "prefill.sh"], read, working_directory="/srv/sglang")
+    assert located.command is not None and located.command.path == "/srv/sglang/prefill.sh"
 
 
 def test_one_flag_per_line_with_env_prefix_and_lists() -> None:
-    inv = find_invocation(["/bin/bash", "/s.sh"], files({"/s.sh": "one-flag-per-line.sh"})).invocation
+    inv = find_launch_command(["/bin/bash", "/s.sh"], files({"/s.sh": "one-flag-per-line.sh"})).command
     assert inv is not None
     assert inv.lines == (5, 15)
     assert inv.environment == (("CUDA_VISIBLE_DEVICES", "4,5,6,7"), ("SGLANG_LOG_LEVEL", "info"))
@@ -173,7 +174,7 @@ def test_one_flag_per_line_with_env_prefix_and_lists() -> None:
 
 
 def test_variables_quoting_repeats_and_expansions() -> None:
-    inv = find_invocation(["/bin/bash", "/s.sh"], files({"/s.sh": "variables.sh"})).invocation
+    inv = find_launch_command(["/bin/bash", "/s.sh"], files({"/s.sh": "variables.sh"})).command
     assert inv is not None
     assert inv.lines == (7, 11)  # not the commented-out line 6
     assert inv.value("--model-path") == "$MODEL"
@@ -190,23 +191,23 @@ def test_variables_quoting_repeats_and_expansions() -> None:
 
 
 def test_branches_heredocs_and_comments() -> None:
-    located = find_invocation(["/bin/bash", "/s.sh"], files({"/s.sh": "branches.sh"}))
-    assert located.invocation is not None
-    assert located.invocation.lines == (10, 10)
-    assert located.invocation.value("--hicache-size") == "32"
+    located = find_launch_command(["/bin/bash", "/s.sh"], files({"/s.sh": "branches.sh"}))
+    assert located.command is not None
+    assert located.command.lines == (10, 10)
+    assert located.command.value("--hicache-size") == "32"
     assert [o.lines for o in located.others] == [(8, 8)]
-    assert "--in-a-heredoc" not in str([inv.argv for inv in (located.invocation, *located.others)])
+    assert "--in-a-heredoc" not in str([inv.argv for inv in (located.command, *located.others)])
 
 
 def test_sh_script_with_tabs_and_no_final_newline() -> None:
-    inv = find_invocation(["/s.sh"], files({"/s.sh": "serve-no-newline.sh"})).invocation
+    inv = find_launch_command(["/s.sh"], files({"/s.sh": "serve-no-newline.sh"})).command
     assert inv is not None
     assert inv.lines == (3, 5)
     assert inv.value("--hicache-size") == "200"
 
 
 def test_sh_c_inside_a_script() -> None:
-    inv = find_invocation(["/bin/bash", "/s.sh"], files({"/s.sh": "nested.sh"})).invocation
+    inv = find_launch_command(["/bin/bash", "/s.sh"], files({"/s.sh": "nested.sh"})).command
     assert inv is not None
     assert inv.where is Where.SCRIPT_SHELL
     assert inv.value("--hicache-size") == "150"
@@ -215,45 +216,45 @@ def test_sh_c_inside_a_script() -> None:
 
 
 def test_docker_inside_a_script() -> None:
-    inv = find_invocation(["/bin/bash", "/s.sh"], files({"/s.sh": "docker.sh"})).invocation
+    inv = find_launch_command(["/bin/bash", "/s.sh"], files({"/s.sh": "docker.sh"})).command
     assert inv is not None and inv.container == "docker"
     assert inv.value("--tp") == "8"
 
 
 def test_problems_are_reported_not_raised() -> None:
-    located = find_invocation(["/bin/bash", "/opt/missing.sh"], files({}))
-    assert located.invocation is None
+    located = find_launch_command(["/bin/bash", "/opt/missing.sh"], files({}))
+    assert located.command is None
     assert located.problems[0] == "cannot read /opt/missing.sh: No such file or directory"
     assert "no SGLang launch" in located.problems[-1]
 
-    located = find_invocation(["/usr/bin/vllm", "serve", "m"], files({}))
-    assert located.invocation is None
+    located = find_launch_command(["/usr/bin/vllm", "serve", "m"], files({}))
+    assert located.command is None
     assert located.problems == (
         "cannot read /usr/bin/vllm: No such file or directory",  # it might have been a launch script
         "no SGLang launch (python -m sglang.launch_server, sglang serve) found in /usr/bin/vllm serve m",
     )
 
-    located = find_invocation([], files({}))
+    located = find_launch_command([], files({}))
     assert located.problems == ("the unit has no ExecStart command",)
 
     broken = "exec python -m sglang.launch_server --model-path 'unterminated --tp 2\n"
-    located = find_invocation(["/bin/sh", "/b.sh"], files({"/b.sh": broken}))
-    assert located.invocation is not None
+    located = find_launch_command(["/bin/sh", "/b.sh"], files({"/b.sh": broken}))
+    assert located.command is not None
     assert any("unterminated single quote" in p for p in located.problems)
 
 
 def test_binary_and_real_files_with_the_default_reader(tmp_path: Path) -> None:
     script = tmp_path / "prefill.sh"
     script.write_bytes((LAUNCH / "prefill.sh").read_bytes())
-    assert find_invocation(["/bin/bash", str(script)]).invocation.value("--hicache-size") == "150"
+    assert find_launch_command(["/bin/bash", str(script)]).command.value("--hicache-size") == "150"
     binary = tmp_path / "server"
     binary.write_bytes(b"\x7fELF\x00\x00python -m sglang.launch_server")
-    located = find_invocation([str(binary)])
-    assert located.invocation is None
+    located = find_launch_command([str(binary)])
+    assert located.command is None
     unreadable = tmp_path / "locked.sh"
     unreadable.write_text("python -m sglang.launch_server\n")
     unreadable.chmod(0)
-    located = find_invocation(
+    located = find_launch_command(
         [str(unreadable)], lambda p: (_ for _ in ()).throw(PermissionError(13, "Permission denied"))
     )
     assert located.problems[0] == f"cannot read {unreadable}: Permission denied"
@@ -294,8 +295,8 @@ def test_join_argv_shell_quotes_for_display() -> None:
     )
 )
 def test_never_raises_on_any_argv(argv: list[str]) -> None:
-    located = find_invocation(argv, files({}))
-    assert located.invocation is not None or located.problems
+    located = find_launch_command(argv, files({}))
+    assert located.command is not None or located.problems
 
 
 _SHELLISH = st.lists(
@@ -348,4 +349,4 @@ def test_never_raises_on_any_script(text: str) -> None:
     for command in commands:
         for w in command.words:
             assert 0 <= w.start <= w.end <= len(text)
-    find_invocation(["/bin/sh", "/x.sh"], files({"/x.sh": text}))
+    find_launch_command(["/bin/sh", "/x.sh"], files({"/x.sh": text}))

@@ -10,7 +10,6 @@ reading a ServerArgs field written snake_case as its flag.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from pathlib import Path
 
@@ -255,10 +254,7 @@ def test_coverage_reads_a_snake_case_field_as_its_flag():
 def test_a_placeholder_fix_is_not_handed_to_sglangs_checks():
     from crashdoc.remedy.verify import verify_fix
 
-    def never(*args: object, **kwargs: object) -> subprocess.CompletedProcess[str]:
-        raise AssertionError("SGLang must not check a placeholder")
-
     change = FlagChange("set", "--dist-init-addr", "<head-node-host>:<port>", placeholder=True)
     cmdline = ("/opt/venv/bin/python", "-m", "sglang.launch_server", "--model-path", "m", "--nnodes", "2")
-    answer = verify_fix(cmdline, [change], run=never)
+    answer = verify_fix(cmdline, [change])  # a check would say "cannot run /opt/venv/bin/python"
     assert answer.text == "not verified: --dist-init-addr needs your value first"

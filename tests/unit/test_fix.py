@@ -12,7 +12,7 @@ from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
 from crashdoc.events import Fix, FlagChange
-from crashdoc.remedy.commandline import find_invocation, parse_argv, parse_text
+from crashdoc.remedy.commandline import find_launch_command, parse_argv, parse_text
 from crashdoc.remedy.fix import (
     exec_start_line,
     plan_fix,
@@ -209,7 +209,7 @@ def test_sh_c_string_inside_a_script_is_edited_in_place(tmp_path: Path) -> None:
         '--tp 2 --hicache-ratio 2.0"\n'
     )
     run_file_steps(fix)
-    assert find_invocation(("/bin/bash", str(path))).invocation.value("--hicache-ratio") == "2.0"
+    assert find_launch_command(("/bin/bash", str(path))).command.value("--hicache-ratio") == "2.0"
 
 
 def test_docker_and_hidden_expansions_are_warned_about(tmp_path: Path) -> None:
@@ -736,14 +736,14 @@ def test_sed_commands_reproduce_the_diff(tmp_path_factory, groups, changes) -> N
 def test_apply_commands_on_every_fixture(tmp_path: Path, fixture: str, change: FlagChange) -> None:
     path = script(tmp_path, fixture)
     original = path.read_bytes()
-    plan = plan_fix(UNIT, find_invocation(("/bin/bash", str(path))).invocation, [change])
+    plan = plan_fix(UNIT, find_launch_command(("/bin/bash", str(path))).command, [change])
     fix = plan.to_fix("s")
     run_file_steps(fix)
     if original.endswith(b"\n"):
         assert path.read_text() == plan.new_text
     else:  # sed ends the last line it prints with a newline; the command is the same
         assert path.read_text().rstrip("\n") == plan.new_text.rstrip("\n")
-    after = find_invocation(("/bin/bash", str(path))).invocation
+    after = find_launch_command(("/bin/bash", str(path))).command
     assert after.argv == plan.rewrite.after.argv
     run_file_steps(fix.rollback)
     assert path.read_bytes() == original
@@ -801,8 +801,8 @@ ENV_CHANGES = st.builds(
 @settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(HOSTILE, st.lists(st.one_of(CHANGES, ENV_CHANGES), min_size=1, max_size=2))
 def test_rewriter_never_raises_on_hostile_scripts(text: str, changes: list[FlagChange]) -> None:
-    located = find_invocation(["/bin/sh", "/x.sh"], lambda p: text)
-    for inv in (located.invocation, *located.others) if located.invocation else ():
+    located = find_launch_command(["/bin/sh", "/x.sh"], lambda p: text)
+    for inv in (located.command, *located.others) if located.command else ():
         plan = plan_fix(UNIT, inv, changes, read=no_file)
         fix = plan.to_fix("summary")
         assert isinstance(fix.diff, str)

@@ -9,12 +9,8 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
-from crashdoc.commands.pipeline import daemon_engine
-from crashdoc.config import Config
-from crashdoc.events import WatchRule
-from crashdoc.runtime.build import build
 from crashdoc.runtime.daemon import Daemon
-from support.e2e import free_port
+from support.file_daemon import file_daemon
 from support.journal_files import (
     UNIT,
     crash_loop_entries,
@@ -22,19 +18,6 @@ from support.journal_files import (
     needs_journal_remote,
     write_journal,
 )
-
-
-def daemon(journal: Path, state: Path) -> Daemon:
-    config = Config(
-        units=(WatchRule("sglang*.service", "any"),),
-        listen=f"127.0.0.1:{free_port()}",
-        state_directory=str(state),
-        journal_directory=str(journal),
-        dbus=False,
-    )
-    d, http = build(config, daemon_engine)
-    http.server.server_close()  # only the view is read here
-    return d
 
 
 def scrape(d: Daemon) -> dict[tuple[str, str], float]:
@@ -53,7 +36,7 @@ def test_a_replaced_journal_starts_with_no_looping_units_and_counters_keep_their
     old.mkdir()
     new.mkdir()
     write_journal(old, crash_loop_entries())
-    first = daemon(old, state)
+    first = file_daemon(old, state)
     first.prepare()
     first.source.seek_head()  # read the old journal from its start, as a crashdoc that followed it did
     first._drain()
@@ -64,7 +47,7 @@ def test_a_replaced_journal_starts_with_no_looping_units_and_counters_keep_their
     assert before[("crashdoc_crashes_total", "dsv4-hicache-size-unsupported")] == 2.0
 
     write_journal(new, [line("[2026-05-02 09:00:00] INFO: a new journal after a re-image")])
-    second = daemon(new, state)
+    second = file_daemon(new, state)
     second.prepare()
     second._drain()
     after = scrape(second)

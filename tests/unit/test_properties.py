@@ -26,7 +26,7 @@ from hypothesis import strategies as st
 from crashdoc.assembly.traceback import Limits, TracebackAssembler
 from crashdoc.events import FlagChange, LogLine, Traceback
 from crashdoc.matching.library import LibraryError, Problem, load_file, load_library
-from crashdoc.remedy.commandline import find_invocation, parse_text, scan_shell
+from crashdoc.remedy.commandline import find_launch_command, parse_text, scan_shell
 from crashdoc.remedy.fix import plan_fix
 from crashdoc.remedy.rewrite import apply_changes
 from support.argv_model import expected_values
@@ -404,9 +404,9 @@ def test_find_invocation_and_fix_never_raise(argv, files, changes) -> None:
             raise FileNotFoundError(path)
         return files[path].decode("utf-8", "replace")
 
-    located = find_invocation(argv, read)
-    assert located.invocation is not None or located.problems
-    for inv in (located.invocation, *located.others) if located.invocation else ():
+    located = find_launch_command(argv, read)
+    assert located.command is not None or located.problems
+    for inv in (located.command, *located.others) if located.command else ():
         plan = plan_fix(UNIT, inv, changes, read=read)
         fix = plan.to_fix("summary")
         assert isinstance(fix.summary, str)

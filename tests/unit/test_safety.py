@@ -7,7 +7,7 @@ from pathlib import Path
 import pytest
 
 from crashdoc.events import FlagChange, LogLine
-from crashdoc.remedy.commandline import find_invocation, parse_argv
+from crashdoc.remedy.commandline import find_launch_command, parse_argv
 from crashdoc.remedy.safety import safety_warnings
 from crashdoc.remedy.safety.hicache_check import auto_sizes, check_hicache_ratio, hicache_host_memory, ranks_on_host
 from crashdoc.remedy.safety.hicache_fix import hicache_fix, ratio_from_changes
@@ -36,9 +36,9 @@ DSV4_PREFILL_LOG = [
 POOL_40G = rank_lines("KV Cache is allocated. dtype: torch.bfloat16, #tokens: 1310720, KV size: 40.00 GB")
 
 
-def prefill_invocation():
+def prefill_command():
     read = lambda p: (FIXTURES / "launch" / "prefill.sh").read_text()  # noqa: E731
-    return find_invocation(("/bin/bash", "/opt/sglang/prefill.sh"), read).invocation
+    return find_launch_command(("/bin/bash", "/opt/sglang/prefill.sh"), read).command
 
 
 # --- the pool, from SGLang's own lines ---------------------------------------------------------------
@@ -199,7 +199,7 @@ def test_numa_binding_from_the_command(wrapper: list[str], expected: NumaBinding
 
 def test_numa_binding_around_a_launch_script_and_from_the_unit() -> None:
     read = lambda p: "exec python -m sglang.launch_server --tp 4\n"  # noqa: E731
-    inv = find_invocation(["/usr/bin/numactl", "--membind=1", "/opt/sglang/run.sh"], read).invocation
+    inv = find_launch_command(["/usr/bin/numactl", "--membind=1", "/opt/sglang/run.sh"], read).command
     assert numa_binding(inv, root=TWO_NODES) == NumaBinding((1,), True, "numactl --membind=1")
 
     plain = parse_argv(["python", "-m", "sglang.launch_server"])
@@ -231,7 +231,7 @@ def test_host_memory_in_each_scope() -> None:
 
 def test_the_deepseek_v4_prefill_story() -> None:
     """4 GPUs x 40 GiB of KV pool, ratio 2.0, membind to NUMA node 0 with ~240 GiB: it does not fit."""
-    warnings = hicache_host_memory(2.0, POOL_40G, prefill_invocation(), root=TWO_NODES)
+    warnings = hicache_host_memory(2.0, POOL_40G, prefill_command(), root=TWO_NODES)
     assert warnings == [
         "--hicache-ratio 2.0 does not fit: HiCache would pin 2.0 x 40.0 GiB device KV pool per rank x 4 ranks "
         "= 320.0 GiB of host memory, and NUMA node 0 (numactl --membind=0) has 240.3 GiB available "
@@ -242,14 +242,14 @@ def test_the_deepseek_v4_prefill_story() -> None:
 
 
 def test_a_ratio_that_fits() -> None:
-    assert hicache_host_memory(1.2, POOL_40G, prefill_invocation(), root=TWO_NODES) == [
+    assert hicache_host_memory(1.2, POOL_40G, prefill_command(), root=TWO_NODES) == [
         "--hicache-ratio 1.2 fits: HiCache would pin 1.2 x 40.0 GiB device KV pool per rank x 4 ranks = 192.0 GiB "
         "of host memory, and NUMA node 0 (numactl --membind=0) has 240.3 GiB available (251.8 GiB total)."
     ]
 
 
 def test_fits_but_without_headroom() -> None:
-    warnings = hicache_host_memory(1.4, POOL_40G, prefill_invocation(), root=TWO_NODES)
+    warnings = hicache_host_memory(1.4, POOL_40G, prefill_command(), root=TWO_NODES)
     assert warnings[0].startswith("--hicache-ratio 1.4 fits: ")
     assert warnings[1] == (
         "The largest ratio that fits, keeping SGLang's 10.0 GiB reserve and 10% headroom, is --hicache-ratio 1.2 "
@@ -272,11 +272,11 @@ def test_unbound_host_and_soft_binding() -> None:
 
 def test_small_and_impossible_ratios() -> None:
     big = rank_lines("KV Cache is allocated. #tokens: 1, KV size: 70.00 GB", ranks=4)
-    warnings = hicache_host_memory(2.0, big, prefill_invocation(), root=TWO_NODES)
+    warnings = hicache_host_memory(2.0, big, prefill_command(), root=TWO_NODES)
     assert warnings[1].endswith("is --hicache-ratio 0.7 (196.0 GiB).")
     assert warnings[2].startswith("Below 1.0 the host pool is smaller than the device pool")
     huge = rank_lines("KV Cache is allocated. #tokens: 1, KV size: 700.00 GB", ranks=4)
-    assert hicache_host_memory(2.0, huge, prefill_invocation(), root=TWO_NODES)[1] == (
+    assert hicache_host_memory(2.0, huge, prefill_command(), root=TWO_NODES)[1] == (
         "No ratio fits: bind the unit to more NUMA nodes or drop --enable-hierarchical-cache."
     )
 
@@ -288,7 +288,7 @@ def test_estimated_pool_and_ranks_from_the_log() -> None:
 
 
 def test_what_cannot_be_checked_is_said() -> None:
-    assert hicache_host_memory(None, [], prefill_invocation(), root=TWO_NODES) == [
+    assert hicache_host_memory(None, [], prefill_command(), root=TWO_NODES) == [
         'crashdoc could not check that --hicache-ratio 2.0 fits in host memory: the log has no "KV Cache is '
         'allocated" line (SGLang crashed before it sized the KV pool). Each rank will pin 2.0 x its device KV pool '
         "in host memory."
@@ -313,7 +313,7 @@ def test_check_numbers() -> None:
 
 
 def test_named_safety_check() -> None:
-    kwargs = {"ratio": 2.0, "lines": POOL_40G, "inv": prefill_invocation(), "root": TWO_NODES}
+    kwargs = {"ratio": 2.0, "lines": POOL_40G, "inv": prefill_command(), "root": TWO_NODES}
     assert safety_warnings("hicache-host-memory", **kwargs) == hicache_host_memory(**kwargs)
     assert safety_warnings(None) == [] and safety_warnings("unknown") == []
 
@@ -331,7 +331,7 @@ MODE_CACHE = [FlagChange("set", "--hicache-host-memory-mode", "cache")]  # a fix
 SUMMARY = "set `--hicache-host-memory-mode cache`"
 
 
-def unbound_invocation():
+def unbound_command():
     return parse_argv(["python", "-m", "sglang.launch_server", "--tp", "4", "--enable-hierarchical-cache"])
 
 
@@ -352,7 +352,7 @@ def test_the_seeds_numbers_with_a_fix_that_sets_no_ratio(release: str) -> None:
     """NUMA node 0 with 240 GiB, 40 GiB x 4 ranks. Without a ratio, 0.5.20 runs SGLang's default 2.0 and 0.5.23
     sizes the pool itself, but against the whole host's 477 GiB (min(2.0, 2.2) = 2.0): both pin 320 GiB on a
     240 GiB node. The fix gets an explicit --hicache-ratio 1.2, which the check accepts."""
-    fix = hicache_fix(MODE_CACHE, SUMMARY, POOL_40G, prefill_invocation(), release=release, root=TWO_NODES)
+    fix = hicache_fix(MODE_CACHE, SUMMARY, POOL_40G, prefill_command(), release=release, root=TWO_NODES)
     assert fix.changes == (*MODE_CACHE, FlagChange("set", "--hicache-ratio", "1.2"))
     assert fix.summary == f"{SUMMARY}; set `--hicache-ratio 1.2` (the largest ratio that fits this host)"
     text = " ".join(fix.sentences)
@@ -378,7 +378,7 @@ def test_a_release_that_sizes_hicache_itself_needs_no_ratio_where_the_host_is_wh
     """Not bound to a node: SGLang 0.5.23's own ratio (2.0, 320 GiB of 477 GiB) fits; the fix stays as it is.
     On 0.5.20 the default 2.0 fits the same way."""
     for release in ("0.5.23", "0.5.20"):
-        fix = hicache_fix(MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release=release, root=TWO_NODES)
+        fix = hicache_fix(MODE_CACHE, SUMMARY, POOL_40G, unbound_command(), release=release, root=TWO_NODES)
         assert (fix.changes, fix.summary) == (tuple(MODE_CACHE), "")
         assert any(x.startswith("--hicache-ratio 2.0 fits") for x in fix.sentences), fix.sentences
 
@@ -388,12 +388,12 @@ def test_a_small_host_with_and_without_auto_sizing() -> None:
     (80 GiB of the 90 GiB after the reserve, 10 % headroom). 0.5.23 sizes itself to (100 - 10) / 4 x 0.8 x 0.95 /
     40 = 0.427 (68.3 GiB), which fits: no ratio is added, the arithmetic is shown."""
     old = hicache_fix(
-        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.20", memory_max=100 * GIB, root=TWO_NODES
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_command(), release="0.5.20", memory_max=100 * GIB, root=TWO_NODES
     )
     assert old.changes[-1] == FlagChange("set", "--hicache-ratio", "0.5")
     assert "the host (MemoryMax=) has 100.0 GiB available" in old.sentences[0]
     new = hicache_fix(
-        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.23", memory_max=100 * GIB, root=TWO_NODES
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_command(), release="0.5.23", memory_max=100 * GIB, root=TWO_NODES
     )
     assert (new.changes, new.summary) == (tuple(MODE_CACHE), "")
     assert new.sentences[0].endswith("/ 40.0 GiB device KV pool per rank) = 0.427."), new.sentences[0]
@@ -406,7 +406,7 @@ def test_no_ratio_fits_turns_hicache_off_with_the_arithmetic() -> None:
     SGLang would size itself a tiny pool (0.009) that fits; the DeepSeek V4 fix (an explicit ratio) gets HiCache
     off on both."""
     old = hicache_fix(
-        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.20", memory_max=12 * GIB, root=TWO_NODES
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_command(), release="0.5.20", memory_max=12 * GIB, root=TWO_NODES
     )
     assert old.changes == (*MODE_CACHE, FlagChange("remove", "--enable-hierarchical-cache"))
     assert old.summary == "no --hicache-ratio fits this host: turn HiCache off (remove `--enable-hierarchical-cache`)"
@@ -420,7 +420,7 @@ def test_no_ratio_fits_turns_hicache_off_with_the_arithmetic() -> None:
             dsv4,
             "replace `--hicache-size 150` with `--hicache-ratio 2.0`",
             POOL_40G,
-            prefill_invocation(),
+            prefill_command(),
             release=release,
             memory_max=12 * GIB,
             root=TWO_NODES,
@@ -430,12 +430,12 @@ def test_no_ratio_fits_turns_hicache_off_with_the_arithmetic() -> None:
             FlagChange("remove", "--enable-hierarchical-cache"),
         )
     tiny = hicache_fix(
-        MODE_CACHE, SUMMARY, POOL_40G, unbound_invocation(), release="0.5.23", memory_max=12 * GIB, root=TWO_NODES
+        MODE_CACHE, SUMMARY, POOL_40G, unbound_command(), release="0.5.23", memory_max=12 * GIB, root=TWO_NODES
     )
     assert tiny.changes == tuple(MODE_CACHE) and tiny.sentences[1].startswith("--hicache-ratio 0.009 fits")
 
 
 def test_what_cannot_be_checked_leaves_the_fix_and_says_so() -> None:
-    fix = hicache_fix(MODE_CACHE, SUMMARY, [], prefill_invocation(), release="0.5.23", root=TWO_NODES)
+    fix = hicache_fix(MODE_CACHE, SUMMARY, [], prefill_command(), release="0.5.23", root=TWO_NODES)
     assert fix.changes == tuple(MODE_CACHE) and fix.summary == ""
     assert fix.sentences[0].startswith("crashdoc could not check that --hicache-ratio 2.0 fits in host memory")

@@ -19,16 +19,12 @@ import pytest
 
 from crashdoc.cli import main
 from crashdoc.events import FlagChange
+from crashdoc.remedy.checker import child_environment
 from crashdoc.remedy.commandline import parse_argv
-from crashdoc.remedy.verify import (
-    child_environment,
-    interpreter_of,
-    unsafe_to_run,
-    verify_argv,
-    verify_fix,
-)
+from crashdoc.remedy.interpreter import interpreter_of, unsafe_to_run
+from crashdoc.remedy.verify import verify_argv, verify_fix
 from support.journal_files import EXITED, FAILED, line, needs_journal_remote, pid1, write_journal
-from support.sglang_env import fake_sglang_tree, sglang_python, tiny_model
+from support.sglang_env import answering_interpreter, fake_sglang_tree, requests_seen, sglang_python, tiny_model
 
 FIXTURES = Path(__file__).resolve().parent.parent / "fixtures" / "families"
 
@@ -52,7 +48,7 @@ def test_a_check_that_hangs_is_cut_off(tmp_path: Path) -> None:
     slow.write_text("#!/bin/sh\nexec sleep 30\n")
     slow.chmod(0o755)
     result = verify_argv(str(slow), ["--model-path", "x"], timeout=0.5)
-    assert result.text == "not verified: SGLang's argument checks did not answer within 0.5 s"
+    assert result.text == "not verified: SGLang did not import within 0.5 s"
 
 
 def _fake(tmp_path: Path, args: list[str], server_args: str | None = None) -> str:
@@ -154,7 +150,8 @@ def test_the_daemons_verifier_answers_off_its_caller_thread(tmp_path: Path) -> N
     worker = RemedyWorker(RemedyStage(), on_checked=lambda unit, text: answers.append((unit, text)))
     cause = RootCause("ValueError", "x", "ValueError: x")
     target = FixTarget(cmdline=argv, exec_start=argv)
-    d = Diagnosis("sglang.service", None, "t", "memory", "critical", cause, [], Fix("s", change), "f", target=target)
+    fix, unit = Fix("s", change), "sglang.service"
+    d = Diagnosis(unit, None, "t", "memory", "critical", cause, [], fix, "f", target=target, kind="resource")
     worker.request(d, check=True)
     assert worker.published(d).fix.verified is not None  # pending at once, never blocking the caller
     worker.stop()
@@ -220,17 +217,8 @@ def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> 
     from crashdoc.runtime.view import HttpView
 
     unit = "sglang-decode.service"
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
+    python = answering_interpreter(tmp_path / "venv" / "bin")
     exec_start = (str(python), "-m", "sglang.launch_server", "--model-path", "m", "--mem-fraction-static", "0.9")
-    calls: list[list[str]] = []
-
-    def child(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        calls.append(argv)
-        answer = 'CRASHDOC-VERIFY {"status": "passed", "version": "0.5.23"}'
-        return subprocess.CompletedProcess(argv, 0, stdout="noise\n" + answer + "\n", stderr="")
 
     engine = build_engine(Matcher(load_library_or_fail(None)))
     feed(engine, LaunchReader().prepare([UnitState(unit, active_state="activating", exec_start=exec_start)]))
@@ -244,12 +232,13 @@ def test_the_daemon_serves_the_verification_its_thread_found(tmp_path: Path) -> 
         )
         engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.FAILED, invocation=run, result="exit-code"))
         engine.on_lifecycle(LifecycleRecord(unit, Lifecycle.RESTART_SCHEDULED, invocation=run, n_restarts=1))
-    worker = RemedyWorker(RemedyStage(run=child))
+    worker = RemedyWorker(RemedyStage())
     [started] = [e for e in engine.events() if e.kind == "loop-started"]
     assert started.diagnosis is not None
     worker.request(started.diagnosis, check=True)  # what the daemon's loop does with a loop's event
     worker.stop()
-    assert calls and calls[0][0] == str(python) and "--mem-fraction-static" in calls[0]
+    [request] = requests_seen(python.parent)  # the unit's own interpreter was asked, with the corrected command
+    assert "--mem-fraction-static" in request["argv"]
     view = HttpView(engine, None, threading.Lock(), Health(), None, None, None, remedies=worker)  # type: ignore[arg-type]
     [d] = json.loads(view.diagnoses_json(unit))["diagnoses"]
     assert d["fix"]["verified"] == "the corrected command passes SGLang 0.5.23's argument checks"
@@ -271,27 +260,19 @@ def test_diagnose_checks_each_distinct_corrected_command_once(tmp_path: Path) ->
     from crashdoc.events import Diagnosis, Fix, FixTarget, RootCause
     from crashdoc.remedy.stage import RemedyStage
 
-    python = tmp_path / "venv" / "bin" / "python"
-    python.parent.mkdir(parents=True)
-    python.write_text("#!/bin/sh\n")
-    python.chmod(0o755)
+    python = answering_interpreter(tmp_path / "venv" / "bin")
     argv = (str(python), "-m", "sglang.launch_server", "--model-path", "m")
     change = [FlagChange("set", "--mem-fraction-static", "0.8")]
 
     def diagnosis(unit: str, changes: list[FlagChange]) -> Diagnosis:
         cause = RootCause("ValueError", "x", "ValueError: x")
         target = FixTarget(cmdline=argv, exec_start=argv)
-        return Diagnosis(unit, None, "t", "memory", "critical", cause, [], Fix("s", list(changes)), "f", target=target)
-
-    calls: list[list[str]] = []
-
-    def child(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[str]:
-        calls.append(argv)
-        return subprocess.CompletedProcess(argv, 0, 'CRASHDOC-VERIFY {"status": "passed", "version": "0.5.23"}\n', "")
+        fix = Fix("s", list(changes))  # a resource failure: its computed fix is checked as it is, not searched
+        return Diagnosis(unit, None, "t", "memory", "critical", cause, [], fix, "f", target=target, kind="resource")
 
     found = [diagnosis("a.service", change), diagnosis("b.service", change), diagnosis("a.service", [])]
-    checked = RemedyStage(run=child).remedy_all(found)
-    assert len(calls) == 1  # the same command, the same change: one child
+    checked = RemedyStage().remedy_all(found)
+    assert len(requests_seen(python.parent)) == 1  # the same command, the same change: one check
     assert [d.fix.verified for d in checked] == [
         "the corrected command passes SGLang 0.5.23's argument checks",
         "the corrected command passes SGLang 0.5.23's argument checks",

@@ -198,7 +198,7 @@ def main(args: argparse.Namespace) -> int:
     if nothing:
         return _nothing_read(problems, args.json)
     # the fixes applied to the units' commands, and each corrected command checked by the unit's own SGLang
-    stage = RemedyStage()
+    stage = RemedyStage(derived=derived)
     diagnoses = stage.remedy_all(engine.diagnoses(wanted), check=not getattr(args, "no_verify", False))
     warnings = stage.remedy_all(engine.warnings(wanted), check=False)
     if source.stats.errors:

@@ -11,7 +11,14 @@ import argparse
 import sys
 from typing import TYPE_CHECKING
 
-from crashdoc.commands.pipeline import derived_setup, explain_texts, load_library_or_fail, release_option
+from crashdoc.commands.pipeline import (
+    accepted_fixes,
+    derived_setup,
+    explain_texts,
+    load_library_or_fail,
+    release_option,
+    sglang_python_option,
+)
 from crashdoc.errors import EXIT_CANNOT_RUN, EXIT_FAILURE_FOUND, EXIT_OK, EXIT_READ_NOTHING
 from crashdoc.events import Diagnosis
 
@@ -30,11 +37,13 @@ def main(args: argparse.Namespace) -> int:
     # second of loading (which is skipped when nothing is left to diagnose)
     inputs = read_inputs(args.files or ["-"])
     readable = [(name, source) for name, source, problem in inputs if not problem]
+    interpreter = sglang_python_option(args.sglang_python)
     diagnosed: list[tuple[str, list[Diagnosis], list[Diagnosis]]] = []
     if readable:
         library = load_library_or_fail(args.signatures, matching_only=True)
         release, derived = derived_setup(args.sglang_version, args.sglang_source)
         diagnosed = explain_texts(readable, library, release, derived)
+        diagnosed = accepted_fixes(readable, diagnosed, args.launch_command, interpreter, derived)
     answers = iter(diagnosed)
     results: list[Explained] = []
     for name, _, problem in inputs:

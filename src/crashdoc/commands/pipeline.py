@@ -173,3 +173,42 @@ def explain_texts(
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
     matcher = Matcher(library, derived if derived is not None else load_shipped())  # `or` would load it (len)
     return [(name, *explain_text_with_warnings(text, library, matcher, release)) for name, text in sources]
+
+
+def sglang_python_option(path: str | None) -> str | None:
+    """`--sglang-python PATH`: the interpreter the operator allows crashdoc to run SGLang's checks with."""
+    if path is None:
+        return None
+    from crashdoc.remedy.interpreter import unsafe_to_run
+
+    absolute = str(Path(path).absolute())
+    if not Path(absolute).is_file():
+        raise UserError(f"--sglang-python {path}: no such file")
+    unsafe = unsafe_to_run(absolute)
+    if unsafe:
+        raise UserError(f"--sglang-python {path}: {unsafe}")
+    return absolute
+
+
+def accepted_fixes(
+    sources: Sequence[tuple[str, str | TextInput]],
+    results: list[tuple[str, list[Diagnosis], list[Diagnosis]]],
+    command: str | None,
+    interpreter: str | None,
+    derived: DerivedLibrary | None,
+) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
+    """The remedy stage's search for pasted logs: each flag failure's fix searched on the paste's command (or
+    `--command`), checked by `--sglang-python`'s SGLang when given."""
+    if not any(found for _, found, _ in results):
+        return results  # a healthy log: explain's start-up pays nothing for the search
+    from crashdoc.remedy.accepted import pasted_launch
+    from crashdoc.remedy.stage import RemedyStage
+
+    stage = RemedyStage(on_disk=False, derived=derived, interpreter=interpreter)
+    # the paste's text (the command above the log, its logged server_args); a large input read in blocks is
+    # not kept whole (its memory stays bounded): its command comes from `--command` only
+    texts = {name: source if isinstance(source, str) else source.text or "" for name, source in sources}
+    return [
+        (name, stage.remedy_pasted(found, pasted_launch(texts[name], command)) if found else found, warnings)
+        for name, found, warnings in results
+    ]

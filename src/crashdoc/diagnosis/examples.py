@@ -18,26 +18,26 @@ from crashdoc.sources.textlog import parse_text
 _ENV_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
 
 
-def example_invocation(example: Example, matcher: Matcher) -> Run:
+def example_run(example: Example, matcher: Matcher) -> Run:
     """Build the run an example describes: its lines, tracebacks, line matches and exit."""
-    inv = Run("example", "example")
+    run = Run("example", "example")
     assembler = TracebackAssembler()
     for seq, line in enumerate(parse_text(example.text).lines, 1):  # numbered as the engine numbers them
-        inv.add_line(line)
+        run.add_line(line)
         for tb in assembler.feed(line, seq):
-            inv.add_traceback(tb)
+            run.add_traceback(tb)
         if not assembler.consumed and matcher.has_line_signatures:
             match = matcher.match_line(line.text)
             if match is not None:
-                inv.add_line_hit(LineHit(match, line, seq))
+                run.add_line_hit(LineHit(match, line, seq))
     for tb in assembler.flush():
-        inv.add_traceback(tb)
+        run.add_traceback(tb)
     if example.exit:
-        inv.exit_code = example.exit.get("code")
-        inv.exit_status = example.exit.get("status")
-        inv.result = example.exit.get("result")
-        inv.oom_killed = inv.result == "oom-kill"
-    return inv
+        run.exit_code = example.exit.get("code")
+        run.exit_status = example.exit.get("status")
+        run.result = example.exit.get("result")
+        run.oom_killed = run.result == "oom-kill"
+    return run
 
 
 def example_facts(example: Example) -> Facts:
@@ -53,18 +53,18 @@ def example_facts(example: Example) -> Facts:
 
 def diagnose_example(example: Example, matcher: Matcher) -> tuple[Match | None, list[Match]]:
     """(the match the diagnosis would report, every match any failure in the example got)."""
-    inv = example_invocation(example, matcher)
+    run = example_run(example, matcher)
     facts = example_facts(example)
     everything: list[Match] = []
-    for tb in inv.tracebacks:
+    for tb in run.tracebacks:
         if not is_consequence(tb):
             everything.extend(matcher.match_traceback(tb, facts))
-    everything.extend(h.match for h in inv.line_hits)
-    if inv.exit_code or inv.result:
-        everything.extend(matcher.match_exit(inv.exit_code, inv.exit_status, inv.result))
-    finding = root_cause(inv, matcher, facts)
+    everything.extend(h.match for h in run.line_hits)
+    if run.exit_code or run.result:
+        everything.extend(matcher.match_exit(run.exit_code, run.exit_status, run.result))
+    finding = root_cause(run, matcher, facts)
     chosen = finding.match if finding is not None else None
     if chosen is None:
-        lines = line_findings(inv, matcher)
+        lines = line_findings(run, matcher)
         chosen = lines[0].match if lines else None
     return chosen, everything

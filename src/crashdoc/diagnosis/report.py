@@ -22,7 +22,7 @@ from crashdoc.matching.derived import DerivedMatch, release_range
 from crashdoc.matching.flagnames import canonical
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
-from crashdoc.matching.templates import placeholder_note, render, render_text
+from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
 from crashdoc.text import LazyPattern
 
 MAX_MESSAGE_CHARS = 4000
@@ -167,22 +167,25 @@ class DiagnosisBuilder:
             if "${" in flag:  # the lever the message names (`Please check the ${flag} path`)
                 flag = render(flag, captures, flags) or ""
                 if not _FLAG_NAME.fullmatch(flag):
-                    warnings.append(f"the message names no flag for {change.flag}; change it by hand")
+                    warnings.append("the message names no flag to change; change it by hand")
                     continue
-            value = change.value
+            value, waits = change.value, change.placeholder
             if value is not None and "${" in value:
-                rendered = render(value, captures, flags)
-                if rendered is None:
+                rendered = render(value, with_current(captures, flags, flag), flags)
+                if rendered is None:  # a named placeholder, never template text nor nothing
+                    rendered, waits = placeholder(value, flag), True
                     warnings.append(
                         f"the value for {change.new_flag or change.flag} depends on something not in the log; "
-                        f"choose it by hand ({value})"
+                        f"choose it by hand ({rendered[1:-1]})"
                     )
                 value = rendered
-            changes.append(FlagChange(change.action, flag, value, change.new_flag, change.placeholder))
+            changes.append(FlagChange(change.action, flag, value, change.new_flag, waits))
         waiting = [c for c in changes if c.placeholder]
         if waiting:  # a value only the operator knows: said even when no command line is at hand
             warnings.append(placeholder_note(waiting))
-        fix = Fix(summary=render_text(sig.fix_summary, captures, flags), changes=changes, warnings=warnings)
+        lever = changes[0].flag if changes else ""
+        summary = render_text(sig.fix_summary, with_current(captures, flags, lever), flags, lever)
+        fix = Fix(summary=summary, changes=changes, warnings=warnings)
         if self._refine is not None and finding is not None:
             self._refine(finding, ctx, fix)
         return fix

@@ -8,6 +8,10 @@ the unit's current flags ("halve --cuda-graph-max-bs"). Templates say that witho
     ${flag:--cuda-graph-max-bs|default:256|div:2|int}
 
 Filters are arithmetic only (no eval): default, add, sub, mul, div, min, max, round, int.
+
+A value the log does not give is never left as template text nor as nothing: it becomes a named placeholder
+that says how it would be computed (`<current --mem-fraction-static + 0.05, at most 0.95>`), and `current`, when
+no capture gives it, is the flag's own value on the command or in the logged `server_args` (`with_current`).
 """
 
 from __future__ import annotations
@@ -71,10 +75,42 @@ def render(template: str, captures: Mapping[str, str], flags: Mapping[str, str])
     return None if missing else text
 
 
-def render_text(template: str, captures: Mapping[str, str], flags: Mapping[str, str]) -> str:
-    """Render for prose: unknown values vanish and the spacing around them is tidied."""
-    text = _TEMPLATE.sub(lambda m: _evaluate(m.group(1), captures, flags) or "\x00", template)
-    return re.sub(r" *\x00", "", text).strip()
+def render_text(template: str, captures: Mapping[str, str], flags: Mapping[str, str], flag: str = "") -> str:
+    """Render for prose: an unknown value is a named placeholder (`<current --x + 0.05>`), never a gap."""
+    return _TEMPLATE.sub(lambda m: _evaluate(m.group(1), captures, flags) or placeholder(m.group(0), flag), template)
+
+
+_WORDS = {"add": "+ {}", "sub": "- {}", "mul": "x {}", "div": "/ {}", "min": "at most {}", "max": "at least {}"}
+
+
+def placeholder(template: str, flag: str = "") -> str:
+    """What a template computes, said in words as a placeholder the operator fills in: `${current|add:0.05|
+    min:0.95|round:2}` for --mem-fraction-static -> `<current --mem-fraction-static + 0.05, at most 0.95>`."""
+    parts = []
+    for body in _TEMPLATE.findall(template) or [template]:
+        source, *filters = (part.strip() for part in body.split("|"))
+        name = source[5:] if source.startswith("flag:") else source.replace("_", " ")
+        if name == "current" and flag:
+            name = f"current {flag}"
+        steps = []
+        for f in filters:
+            op, _, arg = f.partition(":")
+            if op in _WORDS:
+                steps.append(_WORDS[op].format(arg))
+        said = name + (" " + steps[0] if steps and not steps[0].startswith("at ") else "")
+        rest = steps[1:] if steps and not steps[0].startswith("at ") else steps
+        parts.append(", ".join([said, *rest]))
+    return "<" + "; ".join(parts) + ">"
+
+
+def with_current(captures: Mapping[str, str], flags: Mapping[str, str], flag: str) -> dict[str, str]:
+    """`current` for a change of `flag`: the capture when the message gives it, else the flag's value on the
+    command or in the logged `server_args=` (an unset one, `None`, is not a value)."""
+    out = dict(captures)
+    value = flags.get(flag)
+    if not out.get("current") and value not in (None, "", "None", "null"):
+        out["current"] = str(value)
+    return out
 
 
 def _evaluate(body: str, captures: Mapping[str, str], flags: Mapping[str, str]) -> str | None:

@@ -97,6 +97,9 @@ def alert_annotations(unit: str, d: Diagnosis, runbook_url: str) -> dict[str, st
     lines = [f"Root cause: {d.root_cause.line or d.root_cause.message or d.title}", f"Fix: {d.fix.summary}"]
     if d.fix.command:
         lines.append(f"Corrected command: {_cut(d.fix.command, MAX_COMMAND)}")
+    if d.fix.verified:  # what SGLang's own checks said of it (the search's count and time), or that they run
+        lines.append(f"Checked: {d.fix.verified}")
+    lines.extend(f"Tried: {w.removeprefix('tried: ')}" for w in d.fix.why if w.startswith("tried: "))
     lines.extend(f"Warning: {w}" for w in d.fix.warnings)
     if d.exit:
         lines.append(f"Main process: {d.exit}")

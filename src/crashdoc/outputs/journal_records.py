@@ -14,7 +14,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crashdoc.diagnosis.views import EngineEvent
-from crashdoc.events import HARDWARE
+from crashdoc.events import HARDWARE, Diagnosis
 from crashdoc.outputs.alerts import GPU_LABELS
 from crashdoc.redact import redact
 
@@ -22,7 +22,10 @@ MESSAGE_ID_LOOP_STARTED = "e5f9680e52774903bd4465732f57a1a4"
 MESSAGE_ID_DIAGNOSIS = "7c8ef035a6534e30ad5edf56eb4f94a9"
 MESSAGE_ID_RECOVERED = "4afcbf8af7bc4226b9d6f71640b16277"
 MESSAGE_ID_FAILED = "28eba4b413844984b283a18e44d25db9"
-OWN_MESSAGE_IDS = frozenset({MESSAGE_ID_LOOP_STARTED, MESSAGE_ID_DIAGNOSIS, MESSAGE_ID_RECOVERED, MESSAGE_ID_FAILED})
+MESSAGE_ID_FIX_CHECKED = "291f4d9b598449b9bf786971b239f6ce"  # a loop's fix, once SGLang's checks have spoken
+OWN_MESSAGE_IDS = frozenset(
+    {MESSAGE_ID_LOOP_STARTED, MESSAGE_ID_DIAGNOSIS, MESSAGE_ID_RECOVERED, MESSAGE_ID_FAILED, MESSAGE_ID_FIX_CHECKED}
+)
 
 _KIND_TO_ID = {
     "loop-started": MESSAGE_ID_LOOP_STARTED,
@@ -69,31 +72,63 @@ class JournalRecorder:
             "CRASHDOC_UNIT": event.unit,
         }
         if d is not None:
-            fields.update(
-                CRASHDOC_SIGNATURE=d.signature or "unknown",
-                CRASHDOC_CATEGORY=d.category,
-                CRASHDOC_KIND=d.kind or "bug",
-                CRASHDOC_SEVERITY=d.severity,
-                CRASHDOC_ROOT_CAUSE=d.root_cause.line[:2000],
-                CRASHDOC_FIX=d.fix.summary,
-                CRASHDOC_FINGERPRINT=d.fingerprint,
-                CRASHDOC_CONFIDENCE=f"{d.confidence:.2f}",
-                CRASHDOC_CRASHES=str(d.crashes),
-                CRASHDOC_RUNBOOK_URL=self.runbook_url(d.signature, event.unit),
-            )
-            if d.restarts is not None:
-                fields["CRASHDOC_NRESTARTS"] = str(d.restarts)
-            if d.fix.command:
-                fields["CRASHDOC_FIXED_COMMAND"] = d.fix.command
-            if d.sglang_release:
-                fields["CRASHDOC_SGLANG_VERSION"] = d.sglang_release
-            if d.version_note:
-                fields["CRASHDOC_VERSION_NOTE"] = d.version_note
-            if d.kind == HARDWARE:  # the GPU that failed, and what the hardware on-call does (ACTION=drain: gone)
-                for name in GPU_LABELS:
-                    if d.captures.get(name):
-                        fields[f"CRASHDOC_{name.upper()}"] = d.captures[name]
+            fields.update(self._diagnosis_fields(event.unit, d))
         fields["MESSAGE"] = _message(event)
+        return self._send(event_id, fields)
+
+    def record_checked(self, unit: str, d: Diagnosis) -> bool:
+        """A loop's fix once SGLang's checks (and the search for a fix they accept) have spoken: it comes
+        seconds after the loop's own record, which says the check was pending."""
+        event_id = hashlib.sha1(
+            "|".join(["fix-checked", unit, d.fingerprint, d.fix.command or "", d.fix.verified or ""]).encode()
+        ).hexdigest()[:20]
+        if event_id in self.seen or not d.fix.verified:
+            return False
+        fields = {
+            "MESSAGE_ID": MESSAGE_ID_FIX_CHECKED,
+            "PRIORITY": "5",
+            "SYSLOG_IDENTIFIER": "crashdoc",
+            "CRASHDOC_EVENT": "fix-checked",
+            "CRASHDOC_EVENT_ID": event_id,
+            "CRASHDOC_UNIT": unit,
+            **self._diagnosis_fields(unit, d),
+            "MESSAGE": f"{unit}: fix {d.fix.verified} -- {d.fix.summary}",
+        }
+        return self._send(event_id, fields)
+
+    def _diagnosis_fields(self, unit: str, d: Diagnosis) -> dict[str, str]:
+        fields = {
+            "CRASHDOC_SIGNATURE": d.signature or "unknown",
+            "CRASHDOC_CATEGORY": d.category,
+            "CRASHDOC_KIND": d.kind or "bug",
+            "CRASHDOC_SEVERITY": d.severity,
+            "CRASHDOC_ROOT_CAUSE": d.root_cause.line[:2000],
+            "CRASHDOC_FIX": d.fix.summary,
+            "CRASHDOC_FINGERPRINT": d.fingerprint,
+            "CRASHDOC_CONFIDENCE": f"{d.confidence:.2f}",
+            "CRASHDOC_CRASHES": str(d.crashes),
+            "CRASHDOC_RUNBOOK_URL": self.runbook_url(d.signature, unit),
+        }
+        if d.restarts is not None:
+            fields["CRASHDOC_NRESTARTS"] = str(d.restarts)
+        if d.fix.command:
+            fields["CRASHDOC_FIXED_COMMAND"] = d.fix.command
+        if d.fix.verified:  # what SGLang's checks said of it (or that they are running)
+            fields["CRASHDOC_FIX_VERIFIED"] = d.fix.verified
+        tried = [w for w in d.fix.why if w.startswith("tried: ")]
+        if tried:  # the candidates the search checked and SGLang refused, and why
+            fields["CRASHDOC_FIX_TRIED"] = "\n".join(tried)
+        if d.sglang_release:
+            fields["CRASHDOC_SGLANG_VERSION"] = d.sglang_release
+        if d.version_note:
+            fields["CRASHDOC_VERSION_NOTE"] = d.version_note
+        if d.kind == HARDWARE:  # the GPU that failed, and what the hardware on-call does (ACTION=drain: gone)
+            for name in GPU_LABELS:
+                if d.captures.get(name):
+                    fields[f"CRASHDOC_{name.upper()}"] = d.captures[name]
+        return fields
+
+    def _send(self, event_id: str, fields: dict[str, str]) -> bool:
         fields = {k: redact(v) for k, v in fields.items()}
         try:
             self.send(**fields)

@@ -1,4 +1,4 @@
-"""Finds the SGLang launch command behind a unit's ExecStart, wherever it hides (`find_invocation`).
+"""Finds the SGLang launch command behind a unit's ExecStart, wherever it hides (`find_launch_command`).
 
 A fix names a flag; to show the corrected command and a minimal diff, crashdoc must know where the flag is
 written: directly in ExecStart, in a `bash -c` string, or in the launch script ExecStart runs (through
@@ -212,9 +212,9 @@ class LaunchCommand:
 
 @dataclass(frozen=True, slots=True)
 class Located:
-    """The result of a search: the invocation crashdoc will fix, others it saw, and what it could not read."""
+    """The result of a search: the launch command crashdoc will fix, others it saw, and what it could not read."""
 
-    invocation: LaunchCommand | None
+    command: LaunchCommand | None
     others: tuple[LaunchCommand, ...] = ()
     problems: tuple[str, ...] = ()
 
@@ -370,7 +370,7 @@ class _Search:
         words = tuple(Word(a) for a in argv)
         hit = find_launcher(argv)
         if hit:
-            self.found.append(_invocation(Where.ARGV, self.exec_start, words, hit))
+            self.found.append(_launch_command(Where.ARGV, self.exec_start, words, hit))
             return
         shell_c = _shell_command_string(argv)
         if shell_c is not None:
@@ -421,7 +421,7 @@ class _Search:
                 first = bisect.bisect_right(starts, command.words[0].start)
                 last = bisect.bisect_right(starts, max(command.words[-1].end - 1, 0))
                 self.found.append(
-                    _invocation(
+                    _launch_command(
                         where,
                         self.exec_start,
                         tuple(command.words),
@@ -452,7 +452,7 @@ def _line_starts(text: str) -> list[int]:
     return [0, *(m.end() for m in re.finditer("\n", text))]
 
 
-def _invocation(
+def _launch_command(
     where: Where, exec_start: tuple[str, ...], words: tuple[Word, ...], hit: tuple[int, int], **kw: object
 ) -> LaunchCommand:
     launcher, args = hit
@@ -519,13 +519,13 @@ def _script_candidates(values: Sequence[str], *, in_script: bool = False) -> lis
     return out
 
 
-def find_invocation(
+def find_launch_command(
     exec_start: Sequence[str], read: Reader = read_text_file, *, working_directory: str = "/"
 ) -> Located:
     """Find the SGLang command a unit runs, from its ExecStart argv (systemd's D-Bus `ExecStart` argv).
 
     Looks directly in the argv, in a `sh -c` string, and in the scripts it runs (up to MAX_DEPTH deep).
-    When a script starts SGLang in several places (if/else branches), the last one is the invocation and the
+    When a script starts SGLang in several places (if/else branches), the last one is the launch command and the
     rest are `others`. Never raises: unreadable files and shell syntax problems land in `problems`.
     """
     search = _Search(tuple(exec_start), read, working_directory)
@@ -554,17 +554,17 @@ def parse_text(
     file_text: str = "",
     outer: tuple[int, int] = (-1, -1),
 ) -> list[LaunchCommand]:
-    """Every SGLang invocation written directly in a shell text (no files are read)."""
+    """Every SGLang launch command written directly in a shell text (no files are read)."""
     search = _Search(tuple(exec_start), _no_files, "/")
     search.in_text(text, where, depth=MAX_DEPTH, path=path, argv_index=argv_index, file_text=file_text, outer=outer)
     return search.found
 
 
 def parse_argv(exec_start: Sequence[str]) -> LaunchCommand | None:
-    """The SGLang invocation written directly in an argv, or None."""
+    """The SGLang launch command written directly in an argv, or None."""
     words = tuple(Word(a) for a in exec_start)
     hit = find_launcher(tuple(exec_start))
-    return _invocation(Where.ARGV, tuple(exec_start), words, hit) if hit else None
+    return _launch_command(Where.ARGV, tuple(exec_start), words, hit) if hit else None
 
 
 def _no_files(path: str) -> str:

@@ -24,7 +24,7 @@ from crashdoc.remedy.commandline import (
     Located,
     Reader,
     Where,
-    find_invocation,
+    find_launch_command,
     join_argv,
     read_text_file,
 )
@@ -301,18 +301,18 @@ def synthesize_fix(
 ) -> Fix:
     """From a unit's ExecStart to the redacted `events.Fix`, in one call. When the SGLang command cannot be
     found, the Fix still carries the summary and changes, and says why in its warnings."""
-    located: Located = find_invocation(exec_start, read, working_directory=working_directory)
-    if located.invocation is None:
+    located: Located = find_launch_command(exec_start, read, working_directory=working_directory)
+    if located.command is None:
         return Fix(
             summary=redact(summary), changes=list(changes), warnings=[redact(w) for w in (*warnings, *located.problems)]
         )
-    plan = plan_fix(unit, located.invocation, changes, read=read, drop_in_paths=drop_in_paths)
+    plan = plan_fix(unit, located.command, changes, read=read, drop_in_paths=drop_in_paths)
     extra = list(located.problems)
     if located.others:
         spans = ", ".join(f"lines {o.lines[0]}-{o.lines[1]}" for o in located.others)
         extra.append(
-            f"{located.invocation.path} also starts SGLang at {spans}; crashdoc changed lines "
-            f"{located.invocation.lines[0]}-{located.invocation.lines[1]} only."
+            f"{located.command.path} also starts SGLang at {spans}; crashdoc changed lines "
+            f"{located.command.lines[0]}-{located.command.lines[1]} only."
         )
     return plan.to_fix(summary, [*warnings, *extra])
 

@@ -13,7 +13,7 @@ from collections.abc import Callable, Iterable
 from crashdoc.assembly.markers import launches_sglang
 from crashdoc.events import GpuEvent, LaunchFacts, Lifecycle, LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.flagnames import canonical_flags
-from crashdoc.remedy.commandline import Reader, find_invocation, read_text_file
+from crashdoc.remedy.commandline import Reader, find_launch_command, read_text_file
 
 # a unit's command line -> (the SGLang release its interpreter imports, where that was read), or None: the
 # daemon's and `diagnose`'s is authoring.hostrelease.HostReleases.sglang_release (it derives unshipped ones)
@@ -24,18 +24,18 @@ MAX_GIVEN = 4096  # (unit, command) pairs remembered as handed in
 
 def unit_flags(cmdline: tuple[str, ...], read: Reader = read_text_file) -> dict[str, str]:
     """The flags of the SGLang command behind an ExecStart argv (last occurrence wins, like argparse)."""
-    located = find_invocation(cmdline, read)
-    if located.invocation is None:
+    located = find_launch_command(cmdline, read)
+    if located.command is None:
         return {}
-    return {flag.name: " ".join(flag.values) for flag in located.invocation.flags}
+    return {flag.name: " ".join(flag.values) for flag in located.command.flags}
 
 
 def unit_files(state: UnitState, read: Reader = read_text_file) -> list[str]:
     """The files a unit is made of: unit file, drop-ins, environment files and the launch script(s)."""
     paths = [state.fragment_path, *state.drop_in_paths, *(p.lstrip("-") for p in state.environment_files)]
     if state.exec_start:
-        located = find_invocation(state.exec_start, read)
-        for inv in (located.invocation, *located.others):
+        located = find_launch_command(state.exec_start, read)
+        for inv in (located.command, *located.others):
             if inv is not None and inv.path:
                 paths.append(inv.path)
     return [p for p in dict.fromkeys(paths) if p]

@@ -1,6 +1,6 @@
 """Which SGLang release a unit runs: the interpreter of its launch command, then what that interpreter imports.
 
-`commandline.find_invocation` already finds the SGLang command behind wrappers, `bash -c` strings and launch
+`commandline.find_launch_command` already finds the SGLang command behind wrappers, `bash -c` strings and launch
 scripts; its launcher word is the interpreter (`/opt/venv/bin/python -m sglang.launch_server`), or a console
 script whose first line names one (`sglang serve`). A launch script that activates a venv (`source
 /opt/venv/bin/activate`) or exports PATH / PYTHONPATH changes where a bare `python3` and `sglang` come from, so
@@ -13,7 +13,7 @@ import posixpath
 import re
 from collections.abc import Sequence
 
-from crashdoc.remedy.commandline import LaunchCommand, Reader, Where, find_invocation, read_text_file
+from crashdoc.remedy.commandline import LaunchCommand, Reader, Where, find_launch_command, read_text_file
 from crashdoc.sources.sglang_install import (
     DEFAULT_PATH,
     SglangInstall,
@@ -96,7 +96,7 @@ def unit_install(exec_start: Sequence[str], read: Reader = read_text_file) -> Sg
     """The SGLang a unit's ExecStart runs, read as files; None when the unit starts no SGLang crashdoc can see."""
     if not exec_start:
         return None
-    located = find_invocation(exec_start, read)
-    if located.invocation is None:
+    located = find_launch_command(exec_start, read)
+    if located.command is None:
         return None
-    return launch_install(located.invocation)
+    return launch_install(located.command)

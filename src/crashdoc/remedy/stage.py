@@ -6,17 +6,20 @@ steps, each on a copy (the engine's own diagnosis is never changed):
 
 - `apply`: the corrected command, the diff of the file to edit, the commands to apply and roll it back, and
   the safety check the signature names. It reads the launch script, /proc and /sys: milliseconds.
-- `check`: the corrected command put to the unit's own SGLang, whose argument checks run in a child process
-  (`remedy.verify`): seconds. Fix candidates checked one by one the same way belong here, after `apply`.
+- `check`: SGLang's own argument checks, run by the unit's own interpreter in child processes: seconds. A flag
+  failure's fix is searched (`remedy.accepted.FixSearch`: candidates from everything crashdoc knows, each
+  checked, searched on from one that gets further; without an interpreter it may run, ranked with the
+  release's argument facts) and the fix found applied again; any other fix's corrected command is checked as
+  it is (`remedy.verify`, through `remedy.checker`).
 
-`explain` (no unit on disk: `RemedyStage(on_disk=False)` leaves the fix described) and `diagnose` call it in
-line; the daemon runs it on worker threads (`runtime.remedies`), never under its lock, and publishes what
-comes back.
+`explain` (no unit on disk: `RemedyStage(on_disk=False)` leaves the fix described, and searches on the pasted
+command with the interpreter the operator names, `remedy_pasted`) and `diagnose` call it in line; the daemon
+runs it on worker threads (`runtime.remedies`), never under its lock, and publishes what comes back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -24,14 +27,16 @@ from typing import TYPE_CHECKING
 from crashdoc.events import Diagnosis, FixTarget, FlagChange
 from crashdoc.redact import redact
 
-if TYPE_CHECKING:  # imported where used: `explain` (no unit on disk) loads none of them
+if TYPE_CHECKING:  # imported where used: `explain` of a healthy log loads none of them
+    from crashdoc.matching.derived import DerivedLibrary
+    from crashdoc.remedy.accepted import FixSearch, Pasted
     from crashdoc.remedy.commandline import Reader
     from crashdoc.remedy.safety import SafeFix
-    from crashdoc.remedy.verify import Runner
+    from crashdoc.remedy.search import Budget
 
 PARALLEL = 4  # `diagnose`: SGLang checks at once (each child spends seconds importing SGLang)
 NO_COMMAND = "the unit's command line is unknown here (no D-Bus); apply the change by hand"
-CheckKey = tuple[tuple[str, ...], tuple[tuple[str, str, str | None, str | None], ...]]
+CheckKey = tuple[object, ...]
 
 
 class RemedyStage:
@@ -43,11 +48,16 @@ class RemedyStage:
         on_disk: bool = True,
         read: Reader | None = None,  # how files are read (remedy.commandline.read_text_file)
         root: Path = Path("/"),  # where /proc and /sys are read for safety checks (a fake tree in tests)
-        run: Runner | None = None,  # how a child is run (subprocess.run; a stub in tests)
         timeout: float = 90.0,  # remedy.verify.TIMEOUT
+        # the derived signatures the engine matches with (for the search), or how to get the current ones
+        derived: DerivedLibrary | Callable[[], DerivedLibrary | None] | None = None,
+        budget: Budget | None = None,  # how far a search goes (remedy.search.DEFAULT_BUDGET)
+        interpreter: str | None = None,  # `explain --sglang-python`: the only one run when `on_disk` is False
     ) -> None:
         self.on_disk = on_disk
-        self._reader, self._root, self._run, self._timeout = read, root, run, timeout
+        self._reader, self._root, self._timeout = read, root, timeout
+        self._derived, self._budget, self.interpreter = derived, budget, interpreter
+        self._search: FixSearch | None = None
 
     @property
     def _read(self) -> Reader:
@@ -97,43 +107,115 @@ class RemedyStage:
         )
         return replace(d, fix=fix)
 
-    def check(self, d: Diagnosis) -> Diagnosis:
-        """What the unit's own SGLang says of the corrected command (`fix.verified`)."""
-        if not self.wants_check(d):
+    def check(self, d: Diagnosis, *, run: bool = True) -> Diagnosis:
+        """What the unit's own SGLang says: a flag failure's fix searched and checked (applied again when the
+        search changed it), any other fix's corrected command checked (`fix.verified`). `run` False (`diagnose
+        --no-verify`): the search ranks its candidates with the release's argument facts, no SGLang is run."""
+        if self.searches(d):
+            return self.searched(d, run=run)
+        if not run or not self.wants_check(d):
             return d
         return with_verified(d, self.verdict(d))
+
+    def searches(self, d: Diagnosis) -> bool:
+        """Whether `check` searches this diagnosis's fix: a flag failure of a unit whose command is known. A fix
+        with a safety check is not: its value comes from the host (memory, ranks), which SGLang's argument
+        checks cannot judge; its corrected command is checked as it is."""
+        from crashdoc.remedy.accepted import searchable
+
+        target = d.target
+        return self.on_disk and target is not None and bool(target.cmdline) and not target.safety and searchable(d)
+
+    def searched(self, d: Diagnosis, *, run: bool = True) -> Diagnosis:
+        """The search on the unit's launch command (the run's command line; the one systemd reported when
+        known), judged by the interpreter the unit's own files name (`judge`); the fix found applied again."""
+        from crashdoc.remedy.commandline import find_launch_command
+
+        assert d.target is not None
+        command = find_launch_command(d.target.cmdline, self._read).command
+        interpreter, why = self.judge(d.target) if run else (None, "not asked to (--no-verify)")
+        found = self.fix_search.search(d, command, interpreter, unchecked=why)
+        if found is d:
+            return d
+        if found.fix.changes == d.fix.changes:  # the unit's corrected command as `apply` wrote it stands
+            return replace(found, fix=replace(found.fix, command=d.fix.command or found.fix.command))
+        return self.apply(replace(found, fix=replace(found.fix, command=None, diff=None, apply=[], rollback=[])))
+
+    def judge(self, target: FixTarget) -> tuple[str | None, str]:
+        """The interpreter whose SGLang checks the unit's fixes, or None and why not. Only systemd's ExecStart
+        (D-Bus, root's configuration) and the files it runs name it, never a command line read from the journal."""
+        from crashdoc.remedy.commandline import find_launch_command
+        from crashdoc.remedy.interpreter import interpreter_of, unsafe_to_run
+
+        if not target.exec_start:
+            return None, "systemd did not report the unit's ExecStart here, and crashdoc runs no command from a log"
+        command = find_launch_command(target.exec_start, self._read).command
+        if command is None:
+            return None, "crashdoc did not find SGLang's command in the unit"
+        interpreter, why = interpreter_of(command, self._read)
+        if interpreter is None:
+            return None, why
+        if command.expansions:
+            return None, f"the command passes {', '.join(command.expansions)}, which only the shell expands"
+        unsafe = unsafe_to_run(interpreter)
+        return (None, unsafe) if unsafe else (interpreter, "")
+
+    @property
+    def fix_search(self) -> FixSearch:
+        if self._search is None:
+            from crashdoc.remedy.accepted import FixSearch
+            from crashdoc.remedy.search import DEFAULT_BUDGET
+
+            self._search = FixSearch(derived=self._derived, budget=self._budget or DEFAULT_BUDGET)
+        return self._search
 
     def verdict(self, d: Diagnosis) -> str:
         """SGLang's argument checks run on the corrected command, in a child process: the line shown as verified."""
         from crashdoc.remedy.verify import verify_fix
 
         assert d.target is not None
-        changes = d.fix.changes
-        if self._run is None:
-            return verify_fix(d.target.exec_start, changes, read=self._read, timeout=self._timeout).text
-        return verify_fix(d.target.exec_start, changes, read=self._read, run=self._run, timeout=self._timeout).text
+        return verify_fix(d.target.exec_start, d.fix.changes, read=self._read, timeout=self._timeout).text
 
     def wants_check(self, d: Diagnosis) -> bool:
-        return self.on_disk and d.target is not None and bool(d.fix.changes)
+        """Whether `check` has anything to do: a search, or a corrected command to put to SGLang."""
+        return self.on_disk and d.target is not None and (bool(d.fix.changes) or self.searches(d))
 
     def remedy_all(self, diagnoses: Sequence[Diagnosis], *, check: bool = True) -> list[Diagnosis]:
-        """`diagnose`: every diagnosis applied, and each distinct corrected command checked once, a few at a time."""
+        """`diagnose`: every diagnosis applied, then checked (searched), each distinct check once, a few at a
+        time. `check` False: searches rank their candidates, nothing is run."""
         applied = [self.apply(d) for d in diagnoses]
-        if not check:
+        todo = {check_key(d): d for d in applied if self.wants_check(d) and (check or self.searches(d))}
+        if not todo:
             return applied
         from concurrent.futures import ThreadPoolExecutor
 
-        todo = {check_key(d): d for d in applied if self.wants_check(d)}
-        with ThreadPoolExecutor(max_workers=PARALLEL) as pool:
-            futures = {key: pool.submit(self.verdict, d) for key, d in todo.items()}
+        with ThreadPoolExecutor(max_workers=PARALLEL if check else 1) as pool:
+            futures = {key: pool.submit(self.check, d, run=check) for key, d in todo.items()}
             said = {key: future.result() for key, future in futures.items()}
-        return [with_verified(d, said[check_key(d)]) if self.wants_check(d) else d for d in applied]
+        return [_checked(d, said[check_key(d)]) if check_key(d) in said else d for d in applied]
+
+    def remedy_pasted(self, diagnoses: Sequence[Diagnosis], pasted: Pasted) -> list[Diagnosis]:
+        """`explain`: each flag failure's fix searched on the pasted command, judged by the interpreter the
+        operator named (never one read from the paste); ranked with the release's facts without one."""
+        return [self.fix_search.search_pasted(d, pasted, self.interpreter) for d in diagnoses]
 
 
 def check_key(d: Diagnosis) -> CheckKey:
-    """What a check depends on: the command systemd runs and the changes (one child per distinct pair)."""
-    exec_start = d.target.exec_start if d.target is not None else ()
-    return tuple(exec_start), tuple((c.action, c.flag, c.value, c.new_flag) for c in d.fix.changes)
+    """What a check depends on: the command systemd runs and the changes (one child per distinct pair); a search
+    also on the unit (its fix is applied to the unit's files), the failure and the run's command line."""
+    from crashdoc.remedy.accepted import searchable
+
+    target = d.target if d.target is not None else FixTarget()
+    changes = tuple((c.action, c.flag, c.value, c.new_flag) for c in d.fix.changes)
+    if searchable(d) and target.cmdline and not target.safety:  # RemedyStage.searches
+        return (tuple(target.exec_start), changes, d.unit, d.fingerprint, tuple(target.cmdline))
+    return tuple(target.exec_start), changes
+
+
+def _checked(d: Diagnosis, done: Diagnosis) -> Diagnosis:
+    """`done` (a check of another diagnosis with the same key) for `d`: a verdict is shared, a search is the
+    unit's own (the key holds the unit and the failure)."""
+    return done if done.unit == d.unit else with_verified(d, done.fix.verified)
 
 
 def with_verified(d: Diagnosis, verified: str | None) -> Diagnosis:
@@ -153,10 +235,10 @@ def fix_safety(
     """The signature's safety check on the fix: the pool size from the run's start-up lines, the ranks and any
     numactl from the unit's command, the NUMA settings systemd reported, the memory from `root`, and what the
     unit's SGLang release does itself (auto-sizing)."""
-    from crashdoc.remedy.commandline import find_invocation
+    from crashdoc.remedy.commandline import find_launch_command
     from crashdoc.remedy.safety import safe_fix
 
-    inv = find_invocation(target.cmdline, read).invocation if target.cmdline else None
+    inv = find_launch_command(target.cmdline, read).command if target.cmdline else None
     return safe_fix(
         target.safety,
         changes,

@@ -58,7 +58,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     watcher = UnitWatcher(units) if config.dbus else None
     health = Health()
     lock = threading.Lock()
-    remedies = RemedyWorker(RemedyStage(), on_checked=lambda unit, text: log(f"{unit}: fix {text}"))
+    remedies = RemedyWorker(RemedyStage(derived=lambda: holder.derived))
     view = HttpView(engine, holder, lock, health, store, watcher, config, remedies=remedies, releases=releases)
     recorder = JournalRecorder(runbook_url=view.runbook_url)
     effects = Effects(recorder, health)

@@ -471,6 +471,7 @@ class Daemon:
             events = self.engine.events(ready)
         published = [replace(e, diagnosis=self.remedies.published(e.diagnosis)) if e.diagnosis else e for e in events]
         effects = self.effects.emit(published, self._active_alerts)
+        effects |= self.effects.checked(self.remedies.take_checked())  # a loop's fix, once SGLang has spoken
         if self.remedies.changed:  # a fix or a check came in: the alerts say it
             self.remedies.changed = False
             if self.effects.alerts is not None and not events:

@@ -27,6 +27,8 @@ class Recorder(Protocol):
 
     def record(self, event: EngineEvent) -> bool: ...
 
+    def record_checked(self, unit: str, d: Diagnosis) -> bool: ...
+
 
 class AlertSink(Protocol):
     def update(self, active: Mapping[str, Diagnosis]) -> None: ...
@@ -70,6 +72,22 @@ class Effects:
                 self.say(f"{event.unit} recovered")
         if self.alerts is not None and events:
             self.alerts.update(active())
+        return effects
+
+    def checked(self, done: list[Diagnosis]) -> bool:
+        """A loop's fix once SGLang's checks have spoken (the search's fix, or the check's verdict): a journal
+        record and a line of its own, after the loop's record that said the check was pending."""
+        effects = False
+        for d in done:
+            recorded = self.recorder.record_checked(d.unit, d)
+            if recorded:
+                effects = True
+                self.health.journal_records_written = self.recorder.written
+            elif self.recorder.last_error:
+                self.say(self.recorder.last_error)
+                self.recorder.last_error = ""
+            if not (recorded and self.quiet_when_recorded):
+                self.say(f"{d.unit}: fix {d.fix.verified} -- {d.fix.summary}")
         return effects
 
     def tick(self) -> None:

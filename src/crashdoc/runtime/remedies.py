@@ -1,10 +1,17 @@
 """The daemon's remedy stage, on threads of its own: the loop hands diagnoses in and reads back what is ready.
 
-The stage reads files (`apply`: milliseconds) and runs SGLang's checks in child processes (`check`: seconds),
-so it never runs on the loop's thread nor under its lock: one thread applies fixes, another checks them (a
-slow check never holds up the next fix). Results are kept by what they depend on (the diagnosis's changes
-and target; the command and changes for a check), so the engine's diagnoses, made again at every request,
-find them; each new result wakes the loop, which publishes it.
+The stage reads files (`apply`: milliseconds) and runs SGLang's checks in child processes (`check`: seconds;
+for a flag failure, the search for a fix SGLang accepts: candidates checked in parallel children, searched on,
+bounded in depth and time), so it never runs on the loop's thread nor under its lock: one thread applies
+fixes, a few others check them (a slow check never holds up the next fix). The checks are bounded: at most
+`checkers` run at once (each starts one SGLang child, which forks `Budget.parallel` checks: at most
+`checkers * (1 + parallel)` processes), each within its own time (the search's `Budget.seconds`, a check's
+timeout), and at most `waiting` wait for a thread; one more is not queued but said to be busy, and asked again
+when the daemon next asks (the unit's next restart or state change). Results are kept by what they depend
+on (the diagnosis's changes and target; for a check the command and changes, and for a search the unit and
+the failure), so the engine's diagnoses, made again at every request, find them; each new result wakes the
+loop, which publishes it, and a loop's finished check is handed to the loop once (`take_checked`) for its
+journal record.
 """
 
 from __future__ import annotations
@@ -12,7 +19,7 @@ from __future__ import annotations
 import queue
 import threading
 import time
-from collections import OrderedDict
+from collections import OrderedDict, deque
 from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
@@ -21,7 +28,12 @@ from crashdoc.events import Diagnosis, Fix
 from crashdoc.remedy.stage import CheckKey, RemedyStage, check_key, with_verified
 
 PENDING = "verification pending: SGLang's argument checks are running"
+SEARCHING = "search pending: candidate fixes are being checked by SGLang's argument checks"
+BUSY = "not verified yet: crashdoc's SGLang checks are busy ({waiting} waiting); asked again at the unit's next restart"
+NOTHING = ""  # the applied fix changes no flag: nothing to check
 KEEP = 256  # results kept (the oldest go first)
+CHECKERS = 2  # checks (searches) at once: each is one SGLang child and the checks it forks
+WAITING = 32  # checks queued for a thread; more are said to be busy
 
 
 def remedy_key(d: Diagnosis) -> tuple[Any, ...]:
@@ -39,18 +51,23 @@ class RemedyWorker:
         wake: Callable[[], None] = lambda: None,
         on_checked: Callable[[str, str], None] = lambda unit, text: None,
         size: int = KEEP,
+        checkers: int = CHECKERS,
+        waiting: int = WAITING,
     ) -> None:
         self.stage = stage
         self.wake = wake  # tells the loop that something is ready
         self._on_checked = on_checked
         self._size = size
+        self._checkers, self._limit = max(1, checkers), max(1, waiting)
+        self._waiting = 0  # checks queued and not yet started
         self._applied: OrderedDict[tuple[Any, ...], Fix] = OrderedDict()
-        self._checked: OrderedDict[CheckKey, str] = OrderedDict()
+        self._checked: OrderedDict[CheckKey, Fix | str] = OrderedDict()  # a search's fix, a check's line, PENDING
+        self._finished: deque[Diagnosis] = deque(maxlen=size)  # checks done, for the loop's journal records
         self._lock = threading.Lock()
         self._done = threading.Condition(self._lock)
         self._asked: set[tuple[Any, ...]] = set()
         self._apply_queue: queue.Queue[tuple[Diagnosis, bool] | None] = queue.Queue()
-        self._check_queue: queue.Queue[Diagnosis | None] = queue.Queue()
+        self._check_queue: queue.Queue[tuple[CheckKey, Diagnosis] | None] = queue.Queue()
         self._threads: list[threading.Thread] = []
         self.changed = False  # a result came in since the loop last looked (set here, cleared by the loop)
 
@@ -60,10 +77,16 @@ class RemedyWorker:
             return
         key = remedy_key(d)
         with self._lock:
-            check = check and self.stage.wants_check(d) and check_key(d) not in self._checked
-            if check:
-                self._checked[check_key(d)] = PENDING
+            said = self._checked.get(check_key(d))
+            check = check and self.stage.wants_check(d) and (said is None or _busy(said))
+            if check and self._waiting >= self._limit:  # said so, not queued: the daemon asks again later
+                self._checked[check_key(d)] = BUSY.format(waiting=self._waiting)
                 _bound(self._checked, self._size)
+                check = False
+            if check:
+                self._checked[check_key(d)] = SEARCHING if self.stage.searches(d) else PENDING
+                _bound(self._checked, self._size)
+                self._waiting += 1
             elif key in self._asked or key in self._applied:
                 return
             self._asked.add(key)
@@ -76,14 +99,24 @@ class RemedyWorker:
             return self._nothing_to_do(d) or remedy_key(d) in self._applied
 
     def published(self, d: Diagnosis) -> Diagnosis:
-        """The diagnosis with its fix as far as the stage got: applied, and what the check said (or that it runs)."""
-        if d.target is None or not d.fix.changes:
+        """The diagnosis with its fix as far as the stage got: applied, and what the check said (or that it runs);
+        a search's fix, once found, in place of the engine's."""
+        if self._nothing_to_do(d):
             return d
         with self._lock:
             fix = self._applied.get(remedy_key(d))
-            verified = self._checked.get(check_key(d))
+            checked = self._checked.get(check_key(d))
+        if isinstance(checked, Fix):
+            return replace(d, fix=checked)
         shown = replace(d, fix=fix) if fix is not None else d
-        return with_verified(shown, verified) if verified is not None else shown
+        return with_verified(shown, checked) if checked else shown
+
+    def take_checked(self) -> list[Diagnosis]:
+        """The checks finished since the last call (the loop writes each one's journal record)."""
+        with self._lock:
+            done = list(self._finished)
+            self._finished.clear()
+        return done
 
     def publish(self, diagnoses: Iterable[Diagnosis], wait: float = 0.0) -> list[Diagnosis]:
         """What to show for these diagnoses: each requested if new, waiting up to `wait` seconds for them."""
@@ -104,18 +137,21 @@ class RemedyWorker:
         self._apply_queue.put(None)
         if self._threads:
             self._threads[0].join(wait)
-        self._check_queue.put(None)
-        if self._threads:
-            self._threads[1].join(wait)
+        for _ in self._threads[1:]:
+            self._check_queue.put(None)
+        for thread in self._threads[1:]:
+            thread.join(wait)
 
     def _nothing_to_do(self, d: Diagnosis) -> bool:
-        return d.target is None or not d.fix.changes or not self.stage.on_disk
+        return not self.stage.wants_check(d)
 
     # --- the threads --------------------------------------------------------------------
 
     def _start(self) -> None:
         if not self._threads:
-            for target, name in ((self._apply_loop, "crashdoc-remedy"), (self._check_loop, "crashdoc-verify")):
+            loops = [(self._apply_loop, "crashdoc-remedy")]
+            loops += [(self._check_loop, f"crashdoc-verify-{i}") for i in range(self._checkers)]
+            for target, name in loops:
                 thread = threading.Thread(target=target, name=name, daemon=True)
                 self._threads.append(thread)
                 thread.start()
@@ -123,7 +159,7 @@ class RemedyWorker:
     def _apply_loop(self) -> None:
         while (item := self._apply_queue.get()) is not None:
             d, check = item
-            key = remedy_key(d)
+            key, checking = remedy_key(d), check_key(d)  # the check is kept under the engine's diagnosis's key
             try:
                 applied = self.stage.apply(d)
             except Exception as exc:  # never let a fix take the daemon down: the diagnosis stays described
@@ -136,23 +172,34 @@ class RemedyWorker:
                 self._done.notify_all()
             self.wake()
             if check and self.stage.wants_check(applied):
-                self._check_queue.put(applied)
+                self._check_queue.put((checking, applied))
+            elif check:  # the safety check left nothing to put to SGLang
+                with self._lock:
+                    self._waiting -= 1
+                    self._checked[checking] = NOTHING
 
     def _check_loop(self) -> None:
-        while (d := self._check_queue.get()) is not None:
-            key = check_key(d)
+        while (item := self._check_queue.get()) is not None:
+            key, d = item
             with self._lock:
-                if self._checked.get(key, PENDING) != PENDING:
+                self._waiting -= 1
+                if self._checked.get(key, PENDING) not in (PENDING, SEARCHING):
                     continue  # checked already (the same command and changes for another diagnosis)
             try:
-                text = self.stage.verdict(d)
+                done = self.stage.check(d)
             except Exception as exc:  # never let a check take the daemon down
-                text = f"not verified: {type(exc).__name__}: {exc}"
+                done = with_verified(d, f"not verified: {type(exc).__name__}: {exc}")
+            result: Fix | str = done.fix if self.stage.searches(d) else done.fix.verified or ""
             with self._lock:
-                self._checked[key] = text
+                self._checked[key] = result
+                self._finished.append(done)
                 self.changed = True
-            self._on_checked(d.unit, text)
+            self._on_checked(d.unit, done.fix.verified or "")
             self.wake()
+
+
+def _busy(said: Fix | str) -> bool:
+    return isinstance(said, str) and said.startswith(BUSY.split("(", 1)[0])
 
 
 def _bound(results: OrderedDict[Any, Any], size: int) -> None:

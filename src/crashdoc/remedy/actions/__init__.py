@@ -148,7 +148,7 @@ def _runtime(inputs: Inputs, signature: str, captures: Mapping[str, str]) -> Act
 
 def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
     """`diagnosis.report.FixRefiner`: replace the signature's template fix with the computed one."""
-    inputs = Inputs(finding, ctx.facts.flags, ctx.run, ctx.peers, ctx.unit)
+    inputs = Inputs(finding, ctx.facts.flags, ctx.run, ctx.peers, ctx.unit, ctx.sglang_release)
     captures = finding.match.captures if finding.match else {}
     action = compute(inputs, finding.signature_id, captures)
     if action is None:

@@ -43,6 +43,7 @@ class Inputs:
     run: RunView | None
     peers: tuple[tuple[str, Mapping[str, str]], ...] = ()  # the other watched units and their flags
     unit: str = ""
+    release: str = ""  # the SGLang release the unit runs ("" when unknown): pins hold per release
 
     @property
     def traceback(self) -> Traceback | None:

@@ -56,20 +56,33 @@ def missing_package_action(inputs: Inputs, captures: Mapping[str, str]) -> Actio
     else:
         return None
     base = re.split(r"[\[<>=!~ ]", package.strip("'\""), maxsplit=1)[0]
-    pin = _pin(base)
-    line = f"pip install {package}" if not pin or "=" in package else f"pip install '{base}=={pin}'"
+    release, known = pin_release(inputs.release)
+    pin = _pin(base, release)
+    certain = known and pin
+    line = f"pip install {package}" if not certain or "=" in package else f"pip install '{base}=={pin}'"
     why = [
         f"Install {named} into the interpreter the unit runs (the python of its ExecStart, or the container "
         f"image): `{line}`."
     ]
-    if pin:
-        why.append(f"SGLang {LATEST} pins {base}=={pin} (its wheel's Requires-Dist).")
+    if pin and known:
+        why.append(f"SGLang {release} pins {base}=={pin} (its wheel's Requires-Dist).")
+    elif pin:
+        why.append(f"At the version the unit's SGLang pins: {unknown_release(release)}, `pip install '{base}=={pin}'`.")
     return Action(summary=f"install the missing package: `{line}` in the unit's environment", changes=[], why=why)
 
 
-def _pin(package: str) -> str | None:
+def pin_release(release: str) -> tuple[str, bool]:
+    """The release whose pins to use, and whether it is the unit's own (else the newest, said as a condition)."""
+    return (release, True) if release in PINS else (LATEST, False)
+
+
+def unknown_release(assumed: str) -> str:
+    return f"if the unit runs SGLang {assumed} (its release is not known here: `pip show sglang` says it)"
+
+
+def _pin(package: str, release: str = LATEST) -> str | None:
     found = pinned(package)
-    return dict(found).get(LATEST) if found else None
+    return dict(found).get(release) if found else None
 
 
 def pinned(package: str) -> list[tuple[str, str]]:
@@ -114,16 +127,20 @@ def version_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None
     releases = pinned(package)
     if not releases:
         return None
-    latest = dict(releases).get(LATEST) or releases[-1][1]
+    release, known = pin_release(inputs.release)
+    latest = dict(releases).get(release) or releases[-1][1]
     name = package
-    why = [f"SGLang {LATEST} pins {name}=={latest} (its wheel's Requires-Dist)."]
+    if known:
+        why = [f"SGLang {release} pins {name}=={latest} (its wheel's Requires-Dist)."]
+    else:
+        why = [f"SGLang {release} pins {name}=={latest}; {unknown_release(release)[3:]}, that is the version to match."]
     if installed:
         same = [r for r, v in releases if v == installed]
         if same:
             why.append(f"{name} {installed} is what SGLang {_span(same)} pin: keep it only with that SGLang.")
         else:
             why.append(f"No SGLang 0.5.x release pins {name} {installed}.")
-    torch = PINS.get(LATEST, {}).get("torch")
+    torch = PINS.get(release, {}).get("torch")
     symbol = captures.get("symbol", "")
     together = f" 'torch=={torch}'" if _TORCH_SYMBOL.match(symbol) and torch and name != "torch" else ""
     if symbol.startswith("cu"):
@@ -133,11 +150,12 @@ def version_action(inputs: Inputs, captures: Mapping[str, str]) -> Action | None
         )
     if together:
         why.append(
-            f"The missing symbol is PyTorch's: {name} and torch must come from one release ({LATEST}: torch=={torch})."
+            f"The missing symbol is PyTorch's: {name} and torch must come from one release ({release}: torch=={torch})."
         )
+    condition = f"To match SGLang {release}" if known else "I" + unknown_release(release)[1:]
     why.append(
-        f"To match SGLang {LATEST}: `pip install '{name}=={latest}'{together}` in the unit's environment "
-        f"(`pip show sglang` says which release it runs; upgrade SGLang and {name} together)."
+        f"{condition}: `pip install '{name}=={latest}'{together}` in the unit's environment "
+        f"(upgrade SGLang and {name} together)."
     )
     return Action(summary=None, changes=[], why=why)
 
