@@ -140,3 +140,21 @@ def test_the_same_error_from_eight_ranks_has_one_fingerprint() -> None:
     )
     assert len(tbs) == 8 and len({fingerprint_traceback(tb) for tb in tbs}) == 1
     assert "<n>" in normalise_message("GPU 3 has 79.1 GiB at 0x7f00 in /opt/x/y.py")
+
+
+def test_a_lazy_pattern_answers_as_the_compiled_one_and_becomes_it_on_first_use() -> None:
+    """The cold paths' patterns (crashdoc.text.LazyPattern) are compiled on first use: same answers as `re`, and
+    after that first call each method is the compiled pattern's own (nothing added per call)."""
+    import re
+
+    from crashdoc.text import LazyPattern
+
+    text = "Error at 0xDEADbeef and 0x1f; again 0xdeadbeef"
+    lazy, plain = LazyPattern(r"0x([0-9a-f]+)", re.I), re.compile(r"0x([0-9a-f]+)", re.I)
+    assert "search" not in vars(lazy)  # nothing compiled at import
+    assert lazy.search(text).span() == plain.search(text).span()  # type: ignore[union-attr]
+    assert lazy.findall(text) == plain.findall(text) == ["DEADbeef", "1f", "deadbeef"]
+    assert lazy.sub("<hex>", text, 2) == plain.sub("<hex>", text, 2)
+    assert [m.group(1) for m in lazy.finditer(text, 10)] == [m.group(1) for m in plain.finditer(text, 10)]
+    assert lazy.match(text) is None and lazy.fullmatch("0x1F") is not None
+    assert lazy.search.__self__.pattern == lazy.pattern  # type: ignore[attr-defined]

@@ -15,7 +15,7 @@ import pytest
 from crashdoc.commands.pipeline import explain_text
 from crashdoc.matching import cache as cache_module
 from crashdoc.matching.cache import CompiledCache
-from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
+from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library, matching_part
 from crashdoc.matching.matcher import Matcher
 from crashdoc.matching.reload import LibraryHolder
 from crashdoc.outputs.render import diagnoses_json
@@ -69,6 +69,29 @@ def test_the_shipped_library_answers_the_same_from_the_cache(tmp_path: Path) -> 
         for example in sig.examples:
             a = explain_text(example.text, plain, m_plain)
             b = explain_text(example.text, from_cache, m_cached)
+            assert diagnoses_json(a) == diagnoses_json(b), sig.id
+
+
+def test_the_matching_part_is_cached_apart_and_diagnoses_every_example_as_the_full_library(tmp_path: Path) -> None:
+    """`explain` and `diagnose` read only what matching needs (no examples, near misses or runbook text), from
+    an entry of its own: every example diagnosed with it gives the same JSON as with the whole library."""
+    folders = builtin_signature_dirs()
+    plain = load_library(folders)
+    load_library(folders, compiled=CompiledCache(tmp_path), matching_only=True)
+    compiled = CompiledCache(tmp_path)
+    part = load_library(folders, compiled=compiled, matching_only=True)
+    assert (compiled.hits, compiled.builds) == (1, 0)
+    assert part == matching_part(plain) != plain
+    assert [s.id for s in part.signatures] == [s.id for s in plain.signatures]
+    assert not any(s.examples or s.near_misses or s.runbook for s in part.signatures)
+    # the whole library is another entry: the runbook pages and the library's tools still get every field
+    whole = CompiledCache(tmp_path)
+    assert load_library(folders, compiled=whole) == plain and whole.builds == 1
+    m_plain, m_part = Matcher(plain), Matcher(part)
+    for sig in plain.signatures[::3]:
+        for example in (*sig.examples, *sig.near_misses):
+            a = explain_text(example.text, plain, m_plain)
+            b = explain_text(example.text, part, m_part)
             assert diagnoses_json(a) == diagnoses_json(b), sig.id
 
 

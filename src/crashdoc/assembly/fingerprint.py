@@ -7,22 +7,22 @@ line numbers (they change with every release) nor PIDs or ranks.
 
 from __future__ import annotations
 
-import hashlib
 import re
 from functools import lru_cache
 
 from crashdoc.events import ExceptionInfo, Frame, Traceback
+from crashdoc.text import LazyPattern
 
-_MASKS: tuple[tuple[re.Pattern[str], str], ...] = (
-    (re.compile(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
-    (re.compile(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
-    (re.compile(r"\b[0-9a-f]{16,}\b", re.I), "<hex>"),
-    (re.compile(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+){2,}/?"), "<path>"),
-    (re.compile(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
-    (re.compile(r"'[^']{0,200}'|\"[^\"]{0,200}\""), "<str>"),
-    (re.compile(r"\d+(?:\.\d+)?"), "<n>"),
+_MASKS: tuple[tuple[LazyPattern, str], ...] = (
+    (LazyPattern(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),
+    (LazyPattern(r"\b0x[0-9a-f]+\b", re.I), "<hex>"),
+    (LazyPattern(r"\b[0-9a-f]{16,}\b", re.I), "<hex>"),
+    (LazyPattern(r"(?:[A-Za-z]:)?(?:/[\w.@+-]+){2,}/?"), "<path>"),
+    (LazyPattern(r"\b\d{1,3}(?:\.\d{1,3}){3}(?::\d+)?\b"), "<ip>"),
+    (LazyPattern(r"'[^']{0,200}'|\"[^\"]{0,200}\""), "<str>"),
+    (LazyPattern(r"\d+(?:\.\d+)?"), "<n>"),
 )
-_SITE = re.compile(r".*/(?:site-packages|dist-packages|python\d?(?:\.\d+)?)/")
+_SITE = LazyPattern(r".*/(?:site-packages|dist-packages|python\d?(?:\.\d+)?)/")
 _FRAMES_IN_FINGERPRINT = 8
 # bumped when what goes into a fingerprint changes, so that groups from before and after never mix
 FINGERPRINT_VERSION = 1
@@ -68,5 +68,7 @@ def fingerprint_text(*parts: str) -> str:
 
 def _digest(parts: list[str]) -> str:
     """`fp1-` and 16 hex digits: the version tag says which recipe made it."""
+    import hashlib  # OpenSSL's, 3 ms at import: only a traceback is fingerprinted, not a healthy log
+
     digest = hashlib.sha1("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
     return f"fp{FINGERPRINT_VERSION}-{digest}"

@@ -13,6 +13,7 @@ import re
 from crashdoc.assembly import memory_lines as memory
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.events import LogLine, Marker
+from crashdoc.text import LazyPattern
 
 # (kind, literal that must appear in the line)
 MARKERS: tuple[tuple[str, str], ...] = (
@@ -49,7 +50,7 @@ TEARDOWN_KINDS = frozenset({"sigquit", "child-crashed", "kill-tree", "warmup-fai
 # How SGLang words a record it logs with `exc_info=True` (or a formatted traceback) and then carries on:
 # "load-publisher disabled: ...", "Polling /server_info failed; retrying.", "Warmup round failed; continuing.",
 # "IPC all-to-all unavailable (...); using NCCL", "... falling back to CPU.", "Error ignored in ...".
-_HANDLED_WORDING = re.compile(
+_HANDLED_WORDING = LazyPattern(
     r"\b(?:disabled|retrying|will retry|continuing|falling back|fall(?:s|ing)? back|fallback|skipping|ignor(?:ed|ing)"
     r"|unavailable|using \S+ instead)\b|; using \w+"
     r"|Exception in ASGI application",  # uvicorn: one request failed, the server goes on
@@ -104,7 +105,7 @@ def launches_sglang(cmdline: str) -> bool:
     return "sglang.launch_server" in cmdline or "sglang serve" in cmdline or "/sglang serve" in cmdline
 
 
-_LOGGED_RELEASE = re.compile(
+_LOGGED_RELEASE = LazyPattern(
     r"sglang version: ([0-9][\w.+!-]{0,40})|Successfully installed .*?\bsglang-([0-9][\w.+!]{0,40})"
 )
 
@@ -117,8 +118,8 @@ def logged_release(text: str) -> str:
 
 _VALUE = r"""('(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\[[^\]]*\]|\{[^}]*\}|[^,(){}]+)"""
 # \b: a name starts at a word boundary; without it findall retries \w+ inside every long word (quadratic)
-_SERVER_ARG = re.compile(r"\b(\w+)=" + _VALUE)  # server_args=ServerArgs(name=value, ...) (before 0.5.2x)
-_SERVER_ARG_DICT = re.compile(r"'(\w+)':\s*" + _VALUE)  # server_args={'name': value, ...} (0.5.23)
+_SERVER_ARG = LazyPattern(r"\b(\w+)=" + _VALUE)  # server_args=ServerArgs(name=value, ...) (before 0.5.2x)
+_SERVER_ARG_DICT = LazyPattern(r"'(\w+)':\s*" + _VALUE)  # server_args={'name': value, ...} (0.5.23)
 
 
 def parse_server_args(text: str) -> dict[str, str]:

@@ -86,7 +86,7 @@ def main(args: argparse.Namespace) -> int:
     if args.file:
         journals, texts, problems = sort_files(args.file)
         if texts and not journals:  # pasted logs saved to files: read them as `explain` does
-            library = load_library_or_fail(args.signatures)
+            library = load_library_or_fail(args.signatures, matching_only=True)
             release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
             return _diagnose_text_logs(args, texts, problems, library, release, derived)
         problems += [f"{path} is not a journal file (a text log? use `crashdoc explain {path}`)" for path, _ in texts]
@@ -98,7 +98,7 @@ def main(args: argparse.Namespace) -> int:
     if args.directory and not os.path.isdir(args.directory):
         what = "is not a folder" if os.path.exists(args.directory) else "does not exist"
         return _nothing_read([f"journal folder {args.directory} {what}"], args.json)
-    library = load_library_or_fail(args.signatures)
+    library = load_library_or_fail(args.signatures, matching_only=True)
     release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
     try:
         # read once, with the C batch reader when it can be built (into the cache folder)

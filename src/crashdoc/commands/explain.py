@@ -40,7 +40,7 @@ def main(args: argparse.Namespace) -> int:
     interpreter = sglang_python_option(args.sglang_python)
     diagnosed: list[tuple[str, list[Diagnosis], list[Diagnosis]]] = []
     if readable:
-        library = load_library_or_fail(args.signatures)
+        library = load_library_or_fail(args.signatures, matching_only=True)
         release, derived = derived_setup(args.sglang_version, args.sglang_source)
         diagnosed = explain_texts(readable, library, release, derived)
         diagnosed = accepted_fixes(readable, diagnosed, args.launch_command, interpreter, derived)

@@ -20,7 +20,6 @@ from crashdoc.events import Diagnosis, Thresholds
 from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
-from crashdoc.remedy.stage import RemedyStage
 
 if TYPE_CHECKING:
     from crashdoc.diagnosis.report import UnitContext
@@ -29,8 +28,9 @@ if TYPE_CHECKING:
     from crashdoc.sources.textinput import TextInput
 
 
-def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
-    """The library in `dirs` (the built-in one when None), or a UserError listing its problems."""
+def load_library_or_fail(dirs: Sequence[str] | None, *, matching_only: bool = False) -> Library:
+    """The library in `dirs` (the built-in one when None), or a UserError listing its problems; `matching_only`
+    for a command that shows no signature's examples or runbook page (`library.matching_part`)."""
     from crashdoc.matching.cache import CompiledCache, default_cache_directory
     from crashdoc.matching.library import LibraryError, builtin_signature_dirs, load_library
 
@@ -38,7 +38,7 @@ def load_library_or_fail(dirs: Sequence[str] | None) -> Library:
     if not folders:
         raise UserError("no signature library found (the package is incomplete); pass --signatures DIR")
     try:  # validated once, then read back from the cache while the files stay the same
-        return load_library(folders, compiled=CompiledCache(default_cache_directory()))
+        return load_library(folders, compiled=CompiledCache(default_cache_directory()), matching_only=matching_only)
     except LibraryError as exc:
         raise UserError(exc.said("the signature library has problems")) from exc
 
@@ -151,9 +151,12 @@ def explain_text_with_warnings(
         from crashdoc.diagnosis.hardware_paste import apply_to_paste
 
         diagnoses = apply_to_paste(gpu, diagnoses, parsed.lines)
-    stage = RemedyStage(on_disk=False)  # the unit is not on this host: its fixes stay described
-    diagnoses = stage.remedy_all(diagnoses, check=False)
-    warnings = stage.remedy_all(warnings, check=False)
+    if diagnoses or warnings:  # a log with no failure never imports the remedy stage (5 ms of `explain`)
+        from crashdoc.remedy.stage import RemedyStage
+
+        stage = RemedyStage(on_disk=False)  # the unit is not on this host: its fixes stay described
+        diagnoses = stage.remedy_all(diagnoses, check=False)
+        warnings = stage.remedy_all(warnings, check=False)
     # how the paste was read (quote markers, a CI column, ...): the evidence says it, once per diagnosis
     notes = [f"read the pasted log after: {n}" for n in parsed.notes if not n.startswith("no traceback given")]
     if notes:
@@ -199,6 +202,7 @@ def accepted_fixes(
     if not any(found for _, found, _ in results):
         return results  # a healthy log: explain's start-up pays nothing for the search
     from crashdoc.remedy.accepted import pasted_launch
+    from crashdoc.remedy.stage import RemedyStage
 
     stage = RemedyStage(on_disk=False, derived=derived, interpreter=interpreter)
     # the paste's text (the command above the log, its logged server_args); a large input read in blocks is

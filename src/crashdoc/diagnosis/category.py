@@ -14,6 +14,7 @@ from crashdoc.assembly.fingerprint import frame_module
 from crashdoc.assembly.traceback import FATAL_TYPE
 from crashdoc.events import ExceptionInfo
 from crashdoc.matching.library import Signature
+from crashdoc.text import LazyPattern
 
 if TYPE_CHECKING:
     from crashdoc.diagnosis.rootcause import Finding
@@ -127,16 +128,16 @@ _NATIVE: tuple[tuple[str, str], ...] = (
     ("eagle", "speculative"),
     ("cuda_graph", "cuda-graph"),
 )
-_NATIVE_PATH = re.compile(
+_NATIVE_PATH = LazyPattern(
     r"[\w./+-]*[/\w-]\.(?:cu|cuh|cpp|cc|c|h|hpp|inl)\b|[\w./+-]+\.so\b[\w.]*|[\w./+-]*/(?:csrc|kernels)/[\w./+-]+"
 )
 # Messages that name two flags and say they do not go together: a conflict of flags, whatever the subsystem
-_CONFLICT = re.compile(
+_CONFLICT = LazyPattern(
     r"(?:mutually exclusive|incompatible with|not compatible with|cannot be (?:used|enabled|combined) "
     r"(?:together|with)|conflicts with|is not supported (?:together )?with|does not support --)",
     re.IGNORECASE,
 )
-_FLAG_NAMES = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+")
+_FLAG_NAMES = LazyPattern(r"(?<![\w-])--[a-z][a-z0-9-]+")
 
 
 def native_subsystem(text: str) -> str | None:
@@ -281,8 +282,8 @@ _KIND_BY_CATEGORY: dict[str, str] = {
     "parallelism": "config",
     "other": "bug",
 }
-_GROUP_NAME = re.compile(r"\(\?P<\w+>")
-_FLAG = re.compile(r"(?<![\w-])--[a-z][a-z0-9-]+|\bSGLANG_[A-Z0-9_]+")
+_GROUP_NAME = LazyPattern(r"\(\?P<\w+>")
+_FLAG = LazyPattern(r"(?<![\w-])--[a-z][a-z0-9-]+|\bSGLANG_[A-Z0-9_]+")
 
 
 def _type_kind(exc_type: str) -> str | None:

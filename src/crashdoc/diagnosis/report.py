@@ -8,7 +8,6 @@ and a stable fingerprint.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -24,11 +23,12 @@ from crashdoc.matching.flagnames import canonical
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
+from crashdoc.text import LazyPattern
 
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6
-_FLAG_NAME = re.compile(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
-_ENV_NAME = re.compile(r"\bSGLANG_[A-Z0-9_]*[A-Z0-9]")
+_FLAG_NAME = LazyPattern(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
+_ENV_NAME = LazyPattern(r"\bSGLANG_[A-Z0-9_]*[A-Z0-9]")
 _UNSET = ("", "None", "False", "false", "[]", "{}")
 
 # Computes a signature's action from the run's own numbers (remedy.actions): may replace the fix's changes and
@@ -224,7 +224,7 @@ def version_note(match: DerivedMatch | None, release: str) -> str | None:
     )
 
 
-_URL_PORT = re.compile(r"\b(?:https?|grpc)://(?P<host>[\w.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d+)")
+_URL_PORT = LazyPattern(r"\b(?:https?|grpc)://(?P<host>[\w.\-]+|\[[0-9a-fA-F:]+\]):(?P<port>\d+)")
 
 
 def peer_evidence(texts: list[str], peers: tuple[tuple[str, dict[str, str]], ...]) -> list[str]:

@@ -28,17 +28,18 @@ from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher
 from crashdoc.sources.routerlog import parse_router_line, worker_urls
+from crashdoc.text import LazyPattern
 
 ROOT_WINDOW_SECONDS = 120.0
 _CONSEQUENCE_TYPES = ("KeyboardInterrupt", "SystemExit", "CancelledError", "BrokenPipeError")
 _CONSEQUENCE_MESSAGES = (
-    re.compile(r"scheduler died during initialization"),
-    re.compile(r"kill_process_tree: \d+ process\(es\) not reaped"),
-    re.compile(r"^Initialization failed\. Please see the error messages above"),
+    LazyPattern(r"scheduler died during initialization"),
+    LazyPattern(r"kill_process_tree: \d+ process\(es\) not reaped"),
+    LazyPattern(r"^Initialization failed\. Please see the error messages above"),
 )
 _TEARDOWN_FRAMES = "multiprocessing/resource_tracker.py"
 _THREAD_HEADER = "Exception in thread"
-_EMBEDDED_ERROR = re.compile(r"^\s*(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?:\(|: )")
+_EMBEDDED_ERROR = LazyPattern(r"^\s*(?P<type>[A-Za-z_][\w.]*(?:Error|Exception))(?:\(|: )")
 
 
 @dataclass(slots=True)
@@ -174,7 +175,7 @@ def root_cause(inv: Run, matcher: Matcher, facts: Facts) -> Finding | None:
 
 # --- lone lines (pasted logs) -------------------------------------------------------------------------------
 
-_WARNING_WORDS = re.compile(r"\bwarn(?:ing)?s?\b|deprecat|\bWARN\b", re.IGNORECASE)
+_WARNING_WORDS = LazyPattern(r"\bwarn(?:ing)?s?\b|deprecat|\bWARN\b", re.IGNORECASE)
 _CONTINUATION_LINES = 8
 _WENT_ON_LINES = 5  # this many other lines of the process after a lone failure: it carried on
 _TAIL_LINES = 64  # room for the same failure from every rank of a node, and its continuation lines

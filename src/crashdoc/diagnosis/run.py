@@ -16,7 +16,6 @@ native crash dump is fatal from the start.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
@@ -25,6 +24,7 @@ from crashdoc.assembly.markers import TEARDOWN_KINDS, handled_wording
 from crashdoc.assembly.traceback import FATAL_TYPE
 from crashdoc.events import BAD_REQUEST, LifecycleRecord, LogLine, Marker, Match, Traceback
 from crashdoc.sources.lifecycle import describe_exit
+from crashdoc.text import LazyPattern
 
 MAX_TRACEBACKS = 16
 MAX_LINE_MATCHES = 32
@@ -297,13 +297,13 @@ REQUEST_REASON = "one request failed and was answered with an error; the server 
 # The records SGLang and uvicorn print around one request's error: serving_base.py's logger.exception("Error in
 # request: ..."), http_server.py's "[http_server] Error: ...", uvicorn's "Exception in ASGI application", the
 # tokenize endpoints' "Error during tokenization", serving_responses.py's background requests.
-_REQUEST_RECORD = re.compile(
+_REQUEST_RECORD = LazyPattern(
     r"Error in request:|\[http_server\] Error|Exception in ASGI application|Error during (?:de)?tokenization"
     r"|Error in preprocessing prompt inputs|Background request failed|Error handling VL reranker request"
 )
 # Frames of the code that serves one request: the OpenAI-compatible serving layer (0.4.x: openai_api/adapter.py),
 # uvicorn/starlette/fastapi dispatching a request, and http_server.py's endpoints (not its launch and warm-up).
-_REQUEST_FILES = re.compile(
+_REQUEST_FILES = LazyPattern(
     r"entrypoints/openai/serving_\w+\.py|openai_api/adapter\.py|uvicorn/protocols/http/|starlette/routing\.py"
     r"|fastapi/routing\.py"
 )

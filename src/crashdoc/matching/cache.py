@@ -11,7 +11,6 @@ written means no cache, silently (a read-only home, a sandboxed unit).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 import sys
@@ -38,6 +37,8 @@ class Digest:
     """The key of a cache entry: crashdoc's version, the cache format and every input, in order."""
 
     def __init__(self, *parts: str) -> None:
+        import hashlib  # a key is computed only when the files' stamps changed: a warm start never imports it
+
         self._hash = hashlib.blake2b(digest_size=20)
         self.add(__version__, str(CACHE_FORMAT), *parts)
 

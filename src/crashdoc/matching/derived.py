@@ -14,8 +14,6 @@ Set over every pattern (compiled on first use) finds the candidates for a messag
 
 from __future__ import annotations
 
-import gzip
-import hashlib
 import json
 import re
 import zlib
@@ -27,13 +25,14 @@ import re2
 
 from crashdoc.events import FlagChange
 from crashdoc.matching.library import Signature
+from crashdoc.text import LazyPattern
 
 DATA_FORMAT = 2
 MAX_MESSAGE_CHARS = 4000  # what a message is matched on: patterns are anchored at its start
 PREFIX_KEY = 8  # characters of a pattern's literal start used as an index key
 MAX_CAPTURE_CHARS = 200  # a hole's captured value, as kept in a diagnosis
 CONFIDENCE = 0.6  # a derived answer: below any reviewed signature's
-_RELEASE_PART = re.compile(r"(\d+)|\.?(post|rc|dev|a|b)(\d*)")
+_RELEASE_PART = LazyPattern(r"(\d+)|\.?(post|rc|dev|a|b)(\d*)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -124,7 +123,7 @@ class DerivedSignature:
         return self.sites[-1]
 
 
-_ALLOWED = re.compile(r"(?:one of|expected|must be|valid(?: values)?(?: are)?:?)\s*:?\s*'(?P<value>[\w.-]+)'")
+_ALLOWED = LazyPattern(r"(?:one of|expected|must be|valid(?: values)?(?: are)?:?)\s*:?\s*'(?P<value>[\w.-]+)'")
 
 
 def variable_fix(variable: str, template: str) -> tuple[tuple[FlagChange, ...], str]:
@@ -220,6 +219,8 @@ def literal_prefix(pattern: str) -> str:
 
 
 def signature_id(exception_type: str, template: str) -> str:
+    import hashlib  # deriving alone names signatures: `explain` of a healthy log never imports OpenSSL's
+
     digest = hashlib.sha1(f"{exception_type}\0{template}".encode()).hexdigest()[:12]
     return f"derived-{digest}"
 
@@ -548,6 +549,8 @@ def dumps(library: DerivedLibrary) -> bytes:
         "signatures": sorted((_stored_row(r) for r in library.records), key=lambda r: str(r[0])),
     }
     text = json.dumps(body, separators=(",", ":"), sort_keys=True)  # ASCII: parsed as 1 byte per char
+    import gzip  # writing the shipped file is the deriving script's job
+
     return gzip.compress(text.encode("utf-8"), compresslevel=9, mtime=0)
 
 

@@ -7,11 +7,11 @@ good one (hot reload relies on that).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
+import zlib
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass, field, fields
+from dataclasses import dataclass, field, fields, replace
 from functools import cache
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -167,6 +167,8 @@ class FileCache:
         by_file: dict[str, list[Signature]] = {}
         for sig in library.signatures:
             by_file.setdefault(sig.origin.rsplit(":", 1)[0], []).append(sig)
+        import hashlib  # the daemon's reloads alone: a one-shot command never imports OpenSSL's
+
         for path in files:
             try:
                 raw = path.read_bytes()
@@ -179,6 +181,8 @@ class FileCache:
             raw = path.read_bytes()
         except OSError:
             return load_file(path)  # says why, with the file's name
+        import hashlib
+
         digest = hashlib.blake2b(raw, digest_size=16).digest()
         known = self._files.get(str(path))
         if known is not None and known[0] == digest:
@@ -192,26 +196,35 @@ class FileCache:
 
 
 def load_library(
-    folders: Sequence[Path | str], cache: FileCache | None = None, compiled: CompiledCache | None = None
+    folders: Sequence[Path | str],
+    cache: FileCache | None = None,
+    compiled: CompiledCache | None = None,
+    *,
+    matching_only: bool = False,
 ) -> Library:
     """Load every `*.yaml` under `folders`; raise LibraryError listing all problems.
 
     With `compiled`, a library that loaded cleanly once is read back from that cache while
-    no file under `folders` changed (same paths, same bytes, same crashdoc)."""
+    no file under `folders` changed (same paths, same bytes, same crashdoc). `matching_only`: what
+    matching and diagnosing read, without the signatures' examples and runbook pages (`matching_part`),
+    kept in a cache entry of its own: a third of the full one to parse at each `explain`."""
     if compiled is not None:
         paths = [Path(f) for f in folders]
         files = signature_files(paths)
         code = [Path(__file__), _SCHEMA_PATH]  # how files are validated and turned into signatures
-        name = "library-" + hashlib.blake2b("\0".join(map(str, paths)).encode(), digest_size=8).hexdigest()
+        # the file's name only tells folder sets apart (the key inside decides): zlib's CRC spares importing
+        # hashlib (OpenSSL's, 3 ms) on every warm start
+        name = f"library-{zlib.crc32(chr(0).join(map(str, paths)).encode()):08x}"
         library = compiled.load(
-            name,
+            f"{name}-matching" if matching_only else name,
             lambda: Digest(*map(str, paths)).add_files([*code, *files]).hexdigest(),
-            lambda: load_library(paths, cache),
+            lambda: matching_part(load_library(paths, cache)) if matching_only else load_library(paths, cache),
             _encode_checked,
             decode_library,
             stamp=[list(map(str, paths)), file_stamp([*code, *files])],
         )
-        if cache is not None and not cache:  # read from the cache: a later reload re-validates only edited files
+        # read from the cache: a later reload re-validates only edited files
+        if cache is not None and not cache and not matching_only:
             cache.seed(files, library)
         return library
     paths = [Path(f) for f in folders]
@@ -236,6 +249,14 @@ def load_library(
     if problems:
         raise LibraryError(problems)
     return Library(tuple(signatures), tuple(str(p) for p in paths))
+
+
+def matching_part(library: Library) -> Library:
+    """`library` without what only the library's tools and runbook pages read (examples, near misses, runbook
+    text: two thirds of its cached JSON); every field matching and diagnosing read is kept."""
+    return Library(
+        tuple(replace(s, examples=(), near_misses=(), runbook="") for s in library.signatures), library.folders
+    )
 
 
 def load_file(path: Path) -> tuple[list[Signature], list[Problem]]:

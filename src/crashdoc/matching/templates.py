@@ -20,8 +20,9 @@ import re
 from collections.abc import Callable, Mapping, Sequence
 
 from crashdoc.events import FlagChange
+from crashdoc.text import LazyPattern
 
-_TEMPLATE = re.compile(r"\$\{([^{}]*)\}")
+_TEMPLATE = LazyPattern(r"\$\{([^{}]*)\}")
 _FILTERS: dict[str, Callable[[float, float], float]] = {
     "add": lambda v, a: v + a,
     "sub": lambda v, a: v - a,
@@ -30,7 +31,7 @@ _FILTERS: dict[str, Callable[[float, float], float]] = {
     "min": lambda v, a: min(v, a),
     "max": lambda v, a: max(v, a),
 }
-_SOURCE = re.compile(r"^(flag:--[a-z0-9][a-z0-9-]*|flag:[A-Z][A-Z0-9_]*|[A-Za-z_][A-Za-z0-9_]*)$")
+_SOURCE = LazyPattern(r"^(flag:--[a-z0-9][a-z0-9-]*|flag:[A-Z][A-Z0-9_]*|[A-Za-z_][A-Za-z0-9_]*)$")
 
 
 def template_problem(template: str) -> str | None:

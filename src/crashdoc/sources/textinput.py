@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import codecs
 import shutil
-import tempfile
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -138,6 +137,8 @@ def open_input(path: str, stdin: BinaryIO | None = None, head_bytes: int = HEAD_
         head = stdin.read(head_bytes + 1)
         handle: BinaryIO | None = None
         if len(head) > head_bytes:
+            import tempfile  # only standard input is spooled: a file or a paste never pays its import
+
             handle = tempfile.TemporaryFile()  # noqa: SIM115 (closed by TextInput)
             handle.write(head)
             shutil.copyfileobj(stdin, handle, BLOCK_BYTES)

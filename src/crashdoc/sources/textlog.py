@@ -21,7 +21,6 @@ import json
 import re
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
-from datetime import datetime
 
 from crashdoc.events import LifecycleRecord, LogLine
 from crashdoc.sources.lifecycle import parse_pid1_text
@@ -432,6 +431,8 @@ def _timestamp(fmt: str, raw: str) -> float:
         if fmt == "unix":
             return float(raw)
         if fmt == "iso":
+            from datetime import datetime  # journalctl's iso output alone: other pastes never import it
+
             return datetime.fromisoformat(raw.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return 0.0
