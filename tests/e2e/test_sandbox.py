@@ -140,6 +140,22 @@ def test_stop_leaves_no_process_cgroup_or_folder_behind(sandbox_factory: Sandbox
 
 
 @pytest.mark.sandbox
+def test_a_private_tmp_units_host_folder_goes_with_the_sandbox(sandbox_factory: SandboxFactory) -> None:
+    """PrivateTmp= makes /var/tmp/systemd-private-<boot>-<unit>-XXXX on the host (the sandbox hides /tmp, not
+    /var/tmp); systemd would remove it at the unit's stop, which a killed PID 1 never reaches: stop() does."""
+    unit = f"private-{uuid.uuid4().hex[:8]}.service"
+    sb = sandbox_factory({unit: service("/bin/sleep 1000", extra_service="PrivateTmp=yes\n")})
+    mine = lambda: sorted(Path("/var/tmp").glob(f"systemd-private-*-{unit}-*"))  # noqa: E731
+    sb.wait_until(lambda: prop(sb, unit, "ActiveState") == "active" and mine(), message=f"{unit}'s private /var/tmp")
+    made = mine()
+    assert len(made) == 1 and made[0].is_dir()
+
+    sb.stop()
+
+    assert mine() == [], "the unit's private /var/tmp folder is left on the host"
+
+
+@pytest.mark.sandbox
 def test_two_sandboxes_do_not_see_each_other(sandbox_factory: SandboxFactory) -> None:
     a = sandbox_factory({"same.service": service("/bin/sh -c 'echo I am A; exec sleep 1000'")})
     b = sandbox_factory({"same.service": service("/bin/sh -c 'echo I am B; exec sleep 1000'")})

@@ -5,6 +5,11 @@ Why: a test run killed by SIGKILL never reaches ``stop()``. Its private PID 1 di
 chain's death signal), but empty cgroups and the work folder stay; the next ``start()`` removes those whose
 launching process is gone, and ``traces_of`` lets a test of a clean stop see that nothing is left. The work
 folder defaults to ``/var/tmp/crashdoc-sandbox-<pid>-XXXX``, outside /tmp, marked as the sandbox's own.
+
+A unit with ``PrivateTmp=`` gets a folder ``/var/tmp/systemd-private-<boot id>-<unit>-XXXX`` on the host (the
+sandbox hides /tmp, not /var/tmp); systemd removes it when the unit stops, which a killed PID 1 never does.
+``private_tmp_folders`` names the ones this sandbox's processes have mounted, read before the kill, so that
+``stop()`` removes exactly those (never another sandbox's or the host's, whose names look the same).
 """
 
 from __future__ import annotations
@@ -33,6 +38,36 @@ def make_workdir() -> Path:
     path.chmod(0o755)
     (path / MARKER).write_text(f"{os.getpid()}\n")
     return path
+
+
+_PRIVATE_TMP = re.compile(r"/(systemd-private-[0-9a-f]{32}-[^/\s]+-[A-Za-z0-9]{6})(?:/|$)")
+
+
+def private_tmp_folders(cgroups: list[Path]) -> set[Path]:
+    """The host /var/tmp folders that units' PrivateTmp= gave the processes in `cgroups` (their /var/tmp)."""
+    found: set[Path] = set()
+    try:
+        host_var_tmp = os.stat(WORKDIR_PARENT).st_dev
+    except OSError:
+        return found
+    pids: set[str] = set()
+    for cgroup in cgroups:
+        with contextlib.suppress(OSError):
+            for procs in cgroup.rglob("cgroup.procs"):
+                pids.update(procs.read_text().split())
+    for pid in pids:
+        try:
+            mounts = Path(f"/proc/{pid}/mountinfo").read_text()
+        except OSError:
+            continue  # gone meanwhile
+        for row in mounts.splitlines():
+            fields = row.split()
+            if len(fields) > 4 and fields[4] == "/var/tmp" and (m := _PRIVATE_TMP.search(fields[3])):
+                folder = WORKDIR_PARENT / m.group(1)
+                with contextlib.suppress(OSError):
+                    if folder.is_dir() and not folder.is_symlink() and folder.stat().st_dev == host_var_tmp:
+                        found.add(folder)
+    return found
 
 
 def sweep_stale() -> None:

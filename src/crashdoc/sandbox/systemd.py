@@ -74,7 +74,7 @@ from crashdoc.sandbox.console import Console
 from crashdoc.sandbox.errors import SandboxError
 from crashdoc.sandbox.host import check_prerequisites, unavailable_reason
 from crashdoc.sandbox.inside import CommandsInside
-from crashdoc.sandbox.leftovers import MARKER, make_workdir, sweep_stale
+from crashdoc.sandbox.leftovers import MARKER, make_workdir, private_tmp_folders, sweep_stale
 from crashdoc.sandbox.namespaces import default_visible_paths, start_launcher, write_boot_folder
 from crashdoc.sandbox.processes import alive, children_of, comm
 from crashdoc.sandbox.units import write_unit, write_unit_folder
@@ -232,6 +232,7 @@ class PrivateSystemd(CommandsInside):
         if self._stopped:
             return
         self._stopped = True
+        private_tmp = private_tmp_folders(self._cgroups.paths)  # while its processes live to say which
         self._kill_children()
         if self._pid is not None and self._launcher is not None and self._launcher.poll() is None:
             # Only signal the PID while its parent (our unshare) has not reaped it: it cannot be reused.
@@ -246,6 +247,8 @@ class PrivateSystemd(CommandsInside):
         self._reap_children(timeout)
         self._console.close()
         self._cgroups.remove(deadline=time.monotonic() + timeout)
+        for folder in private_tmp:
+            shutil.rmtree(folder, ignore_errors=True)
         if self._workdir is not None and self._own_workdir and not self._keep_workdir:
             shutil.rmtree(self._workdir, ignore_errors=True)
         _REGISTRY.discard(self)
