@@ -18,22 +18,21 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-RELEASES = ROOT / "signatures" / "derived-releases.txt"
 OUT = ROOT / "src" / "crashdoc" / "remedy" / "data" / "argfacts.json.gz"
 
 
-def _wheel_for():  # the one downloader, shared with derive-releases.py
+def _derive_releases():  # the one downloader and release list, shared with derive-releases.py
     spec = importlib.util.spec_from_file_location("derive_releases", ROOT / "scripts" / "derive-releases.py")
     assert spec is not None and spec.loader is not None
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
-    return module.wheel_for
+    return module
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("versions", nargs="*", help="releases (default: signatures/derived-releases.txt)")
-    parser.add_argument("--wheels", default=str(ROOT / ".cache" / "sglang-wheels"), help="wheel cache folder")
+    shared = _derive_releases()
+    shared.release_arguments(parser, "read")
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
 
@@ -42,12 +41,8 @@ def main() -> int:
     from crashdoc.matching.derived import release_key
     from crashdoc.remedy.argfacts import dumps, merge
 
-    versions = args.versions or [
-        v.strip() for v in RELEASES.read_text().splitlines() if v.strip() and not v.startswith("#")
-    ]
-    cache = Path(args.wheels)
-    cache.mkdir(parents=True, exist_ok=True)
-    wheel_for = _wheel_for()
+    versions, cache = shared.releases_and_cache(args)
+    wheel_for = shared.wheel_for
     per_release = []
     for version in sorted(versions, key=release_key):
         started = time.monotonic()

@@ -38,6 +38,22 @@ def wheel_for(version: str, cache: Path) -> Path:
     return found[-1]
 
 
+def release_arguments(parser: argparse.ArgumentParser, what: str) -> None:
+    """The options both derive scripts take: the releases (default: signatures/derived-releases.txt), the wheels."""
+    parser.add_argument("versions", nargs="*", help=f"releases to {what} (default: signatures/derived-releases.txt)")
+    parser.add_argument("--wheels", default=str(ROOT / ".cache" / "sglang-wheels"), help="wheel cache folder")
+
+
+def releases_and_cache(args: argparse.Namespace) -> tuple[list[str], Path]:
+    """The releases asked for (else the list file's, without comments) and the wheel cache folder, made."""
+    versions = args.versions or [
+        v.strip() for v in RELEASES.read_text().splitlines() if v.strip() and not v.startswith("#")
+    ]
+    cache = Path(args.wheels)
+    cache.mkdir(parents=True, exist_ok=True)
+    return versions, cache
+
+
 def derive_one(version: str, wheel: str) -> tuple[str, bytes, float]:
     from crashdoc.authoring.derive import derive_source
     from crashdoc.matching.derived import dumps
@@ -49,19 +65,14 @@ def derive_one(version: str, wheel: str) -> tuple[str, bytes, float]:
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
-    parser.add_argument("versions", nargs="*", help="releases to derive (default: signatures/derived-releases.txt)")
-    parser.add_argument("--wheels", default=str(ROOT / ".cache" / "sglang-wheels"), help="wheel cache folder")
+    release_arguments(parser, "derive")
     parser.add_argument("--jobs", type=int, default=2)
     parser.add_argument("--out", default=str(OUT))
     args = parser.parse_args()
 
     from crashdoc.matching.derived import DerivedLibrary, dumps, loads, release_key
 
-    versions = args.versions or [
-        v.strip() for v in RELEASES.read_text().splitlines() if v.strip() and not v.startswith("#")
-    ]
-    cache = Path(args.wheels)
-    cache.mkdir(parents=True, exist_ok=True)
+    versions, cache = releases_and_cache(args)
     wheels = {v: str(wheel_for(v, cache)) for v in versions}
     merged = DerivedLibrary([], ())
     with ProcessPoolExecutor(max_workers=max(1, args.jobs)) as pool:
