@@ -12,13 +12,11 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.commands.pipeline import daemon_engine
-from crashdoc.config import AlertmanagerConfig, Config
-from crashdoc.events import WatchRule
+from crashdoc.config import AlertmanagerConfig
 from crashdoc.outputs.alerts import AlertSender
-from crashdoc.runtime.build import build
 from crashdoc.runtime.daemon import Daemon
-from support.e2e import free_port, wait_for
+from support.e2e import wait_for
+from support.file_daemon import file_daemon
 from support.gpu_faults import (
     FAULT_LABELS,
     FIXTURE_ROOT,
@@ -46,19 +44,14 @@ def followed(tmp_path: Path) -> Iterator[tuple[Daemon, Path, Outputs]]:
     journal.mkdir()
     before = {**line("[2026-05-01 12:00:00] INFO: before", pid="7"), AT: str(int((T0 - 100) * 1e6))}
     write_journal(journal, [before], name="0-before.journal")  # older than everything the tests write later
-    config = Config(
-        units=(WatchRule("sglang*.service", "any"),),
-        listen=f"127.0.0.1:{free_port()}",
-        state_directory=str(tmp_path / "state"),
-        journal_directory=str(journal),
-        dbus=False,
+    d = file_daemon(
+        journal,
+        tmp_path / "state",
         nvidia_gpus=str(GPUS_FOLDER),
         instance="gpu-017",
         runbook_base_url="https://oncall.example.net/crashdoc",
         alertmanager=AlertmanagerConfig(url="http://alertmanager.invalid:9093", resend_interval=60),
     )
-    d, http = build(config, daemon_engine)
-    http.server.server_close()  # the view is read in process
     out = Outputs()
     d.effects.recorder.send = lambda **fields: out.records.append(fields)  # type: ignore[attr-defined]
     assert isinstance(d.effects.alerts, AlertSender)

@@ -52,25 +52,14 @@ def test_a_failed_build_is_remembered_and_not_retried_at_once(tmp_path: Path, mo
 def test_the_daemon_says_once_why_it_reads_with_systemd_python(tmp_path: Path, monkeypatch, capfd) -> None:
     """The daemon reads through the C batch reader too; where it cannot be built it reads the same events with
     systemd-python and says why, once, at start."""
-    from crashdoc.commands.pipeline import daemon_engine
-    from crashdoc.config import Config
-    from crashdoc.runtime.build import build
-    from support.e2e import free_port
+    from support.file_daemon import file_daemon
 
     journal = tmp_path / "journal"
     journal.mkdir()
     write_journal(journal, [line(text) for text in TRACEBACK])
 
     def daemon():
-        config = Config(
-            units=(WatchRule("sglang*.service", "any"),),
-            listen=f"127.0.0.1:{free_port()}",
-            state_directory=str(tmp_path / "state"),
-            journal_directory=str(journal),
-            dbus=False,
-        )
-        d, http = build(config, daemon_engine)
-        http.server.server_close()
+        d = file_daemon(journal, tmp_path / "state")
         d.prepare()
         d.source.seek_head()
         d._drain()
