@@ -6,6 +6,7 @@ these run anywhere; the real SGLang's answers are tested in test_verify.py and t
 
 from __future__ import annotations
 
+import os
 import socket
 import sys
 import time
@@ -50,6 +51,8 @@ class ServerArgs:
             raise ValueError("bound=%d reached=%s" % (bound, reached))
         if ns.env_value:
             raise ValueError("SGLANG_X=" + os.environ.get("SGLANG_X", "unset"))
+        if ns.niceness:
+            raise ValueError("niceness=%d" % os.nice(0))
         if ns.tp_size % 2:
             raise ValueError("tp_size must be divisible by 2")
 
@@ -58,7 +61,7 @@ def prepare_server_args(argv):
     parser = argparse.ArgumentParser(prog="sglang serve")
     parser.add_argument("--model-path")
     parser.add_argument("--tp-size", type=int, default=2)
-    for name in ("--hang", "--die", "--flood", "--write", "--env-value"):
+    for name in ("--hang", "--die", "--flood", "--write", "--env-value", "--niceness"):
         parser.add_argument(name, action="store_true")
     parser.add_argument("--network", type=int, default=0)
     return ServerArgs(parser.parse_args(argv))
@@ -78,6 +81,13 @@ def test_many_commands_are_checked_by_one_child_in_order(tmp_path: Path) -> None
     assert [a.status for a in answers] == ["rejected", "passed", "rejected", "passed"]
     assert answers[0].error == "ValueError: tp_size must be divisible by 2" and answers[0].version == "0.5.99"
     assert again[0].rejected
+
+
+def test_checks_run_below_the_daemons_priority(tmp_path: Path) -> None:
+    """Background work: on a busy host the daemon's reading and detection come before the checks."""
+    with _checker(tmp_path) as checker:
+        [answer] = checker.check([Request(("--model-path", "m", "--niceness"))])
+    assert answer.error == f"ValueError: niceness={min(19, os.nice(0) + 10)}"
 
 
 def test_a_check_that_hangs_is_killed_at_its_timeout_and_the_others_answer(tmp_path: Path) -> None:

@@ -35,9 +35,12 @@ SERVE = "--crashdoc-serve"
 #   line on stdin ({"id", "argv", "env", "unset"}) and checks each in a forked child of its own (stdout and stderr
 #   to /dev/null, a result pipe, killed at TIMEOUT s), PARALLEL at a time; it prints MARK + {"id": ..., answer} per
 #   request, after a first MARK + {"ready": true, "version": ...} line.
-# In both, no port is bound and no connection made: socket bind/listen are no-ops, connect fails.
+# In both, no port is bound and no connection made: socket bind/listen are no-ops, connect fails; the child runs at
+# niceness 10 (below the daemon).
 CHILD = r"""
 import contextlib, io, json, os, select, signal, socket, sys, time
+with contextlib.suppress(OSError):
+    os.nice(10)  # background work: on a busy host the daemon's reading and detection come first
 MARK = "CRASHDOC-VERIFY "
 def emit(obj):
     sys.__stdout__.write("\n" + MARK + json.dumps(obj) + "\n")
