@@ -153,9 +153,7 @@ class _Scanner:
                 out.append(text[i : j + 1])
                 i = min(j + 1, n)
             elif c == "$" or c == "`":
-                j = self._expansion_end(i)
-                out.append(text[i:j])
-                i = j
+                i = self._kept_expansion(i, out)
             else:
                 out.append(c)
                 i += 1
@@ -187,14 +185,18 @@ class _Scanner:
                     out.append(c + nxt)
                 i += 2
             elif c == "$" or c == "`":
-                j = self._expansion_end(i)
-                out.append(text[i:j])
-                i = j
+                i = self._kept_expansion(i, out)
             else:
                 out.append(c)
                 i += 1
         self.problems.append("unterminated double quote")
         return n
+
+    def _kept_expansion(self, i: int, out: list[str]) -> int:
+        """An expansion starting at i, kept as written (the shell would expand it at run time); where it ends."""
+        j = self._expansion_end(i)
+        out.append(self.text[i:j])
+        return j
 
     def _expansion_end(self, i: int) -> int:
         """End of `$NAME`, `${...}`, `$(...)`, `$((...))` or a backquoted command starting at i."""
