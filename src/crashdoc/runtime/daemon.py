@@ -30,7 +30,7 @@ from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import recorded_event_ids
 from crashdoc.outputs.metrics import CrashdocCollector, Health, make_registry
 from crashdoc.remedy.launch import LaunchReader
-from crashdoc.runtime import saving
+from crashdoc.runtime import heap, saving
 from crashdoc.runtime.effects import RECORDED, Effects
 from crashdoc.runtime.log import log
 from crashdoc.runtime.remedies import RemedyWorker
@@ -48,6 +48,7 @@ BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald 
 IDLE_TIMEOUT = 1.0
 BUSY_PERIOD = 3.0
 LAG_PROBE_INTERVAL = 1.0  # while behind, look up the newest entry's time this often (for the lag metric)
+TRIM_INTERVAL = 5.0  # freed heap pages (batches read, lines, saves' snapshots) go back to the kernel this often
 REMEDY_WAIT = 10.0  # seconds a loop's record and alert wait for its fix; then they go out with the changes alone
 
 
@@ -83,6 +84,7 @@ class Daemon:
     _behind: bool = False  # the last drain stopped for its time budget: more to read at once
     _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
     _lag_probe_at: float = 0.0
+    _trim_at: float = 0.0
     _caught_up: bool = False  # the journal was read to its end once since the start
     _saved_outbox: set[int] = field(default_factory=set)  # ids of the pending events a save already holds
     _waiting_since: dict[int, float] = field(default_factory=dict)  # pending events waiting for their fix
@@ -248,13 +250,17 @@ class Daemon:
             if self.source.cursor != self.saver.store.last_saved:
                 self.saver.dirty = True
             self._update_journal_health()
-            self._save(force=effects)  # right after effects: a kill now would redo as little as possible
+            first = self.source.at_end and not self._caught_up
+            if first:
+                self._caught_up = True
+                if self.source.stats.entries:  # a backlog since the saved position: how long it took
+                    took = time.time() - self.health.started_at
+                    log(f"caught up with the journal: {self.source.stats.entries:,} entries read in {took:.1f} s")
+            # right after effects: a kill now would redo as little as possible
+            self._save(force=effects, behind=not self.source.at_end)
             if self.source.at_end:
-                if not self._caught_up:
-                    self._caught_up = True
-                    if self.source.stats.entries:  # a backlog since the saved position: how long it took
-                        took = time.time() - self.health.started_at
-                        log(f"caught up with the journal: {self.source.stats.entries:,} entries read in {took:.1f} s")
+                if first:  # the catch-up's freed pages, at once
+                    self._trim_heap()
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -375,6 +381,12 @@ class Daemon:
             self.engine.tick(now)
         self._act()
         self.effects.tick()
+        if time.monotonic() >= self._trim_at:
+            self._trim_heap()
+
+    def _trim_heap(self) -> None:
+        heap.trim()
+        self._trim_at = time.monotonic() + TRIM_INTERVAL
 
     def _reload_config(self) -> None:
         """SIGHUP: read the configuration file again. What can change live takes effect now (LIVE_SETTINGS);
@@ -528,9 +540,9 @@ class Daemon:
             if newest is not None:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
-    def _save(self, force: bool = False) -> None:
+    def _save(self, force: bool = False, behind: bool = False) -> None:
         def snapshot() -> dict:
             with self.lock:
                 return self.engine.snapshot()
 
-        self.saver.save(self.source.cursor, snapshot, force=force)
+        self.saver.save(self.source.cursor, snapshot, force=force, behind=behind)
