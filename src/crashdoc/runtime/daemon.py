@@ -48,7 +48,6 @@ BUSY_TIMEOUT = 0.05  # after activity, look at the journal this often (journald 
 IDLE_TIMEOUT = 1.0
 BUSY_PERIOD = 3.0
 LAG_PROBE_INTERVAL = 1.0  # while behind, look up the newest entry's time this often (for the lag metric)
-TRIM_INTERVAL = 5.0  # freed heap pages (batches read, lines, saves' snapshots) go back to the kernel this often
 REMEDY_WAIT = 10.0  # seconds a loop's record and alert wait for its fix; then they go out with the changes alone
 
 
@@ -84,7 +83,7 @@ class Daemon:
     _behind: bool = False  # the last drain stopped for its time budget: more to read at once
     _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
     _lag_probe_at: float = 0.0
-    _trim_at: float = 0.0
+    _heap: heap.Trimmer = field(default_factory=heap.Trimmer)  # freed heap pages go back to the kernel
     _caught_up: bool = False  # the journal was read to its end once since the start
     _saved_outbox: set[int] = field(default_factory=set)  # ids of the pending events a save already holds
     _waiting_since: dict[int, float] = field(default_factory=dict)  # pending events waiting for their fix
@@ -260,7 +259,7 @@ class Daemon:
             self._save(force=effects, behind=not self.source.at_end)
             if self.source.at_end:
                 if first:  # the catch-up's freed pages, at once
-                    self._trim_heap()
+                    self._heap.now()
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -381,12 +380,7 @@ class Daemon:
             self.engine.tick(now)
         self._act()
         self.effects.tick()
-        if time.monotonic() >= self._trim_at:
-            self._trim_heap()
-
-    def _trim_heap(self) -> None:
-        heap.trim()
-        self._trim_at = time.monotonic() + TRIM_INTERVAL
+        self._heap.tick()
 
     def _reload_config(self) -> None:
         """SIGHUP: read the configuration file again. What can change live takes effect now (LIVE_SETTINGS);

@@ -9,6 +9,8 @@ own whose pages are kept apart. Not glibc, or no libc: nothing to do, nothing ch
 from __future__ import annotations
 
 import ctypes
+import time
+from dataclasses import dataclass
 from typing import Any
 
 _M_TRIM_THRESHOLD, _M_MMAP_THRESHOLD, _M_ARENA_MAX = -1, -3, -8
@@ -45,3 +47,20 @@ def trim() -> None:
     """Return the free pages of every arena to the kernel (after a catch-up, a save, now and then)."""
     if _LIBC is not None:
         _LIBC.malloc_trim(0)
+
+
+@dataclass(slots=True)
+class Trimmer:
+    """`trim()` now and then: every `interval` seconds (a save's snapshot, a flood's lines), and at once after
+    a catch-up."""
+
+    interval: float = 5.0
+    _next: float = 0.0
+
+    def now(self) -> None:
+        trim()
+        self._next = time.monotonic() + self.interval
+
+    def tick(self) -> None:
+        if time.monotonic() >= self._next:
+            self.now()
