@@ -249,17 +249,14 @@ class Daemon:
             if self.source.cursor != self.saver.store.last_saved:
                 self.saver.dirty = True
             self._update_journal_health()
-            first = self.source.at_end and not self._caught_up
-            if first:
-                self._caught_up = True
-                if self.source.stats.entries:  # a backlog since the saved position: how long it took
-                    took = time.time() - self.health.started_at
-                    log(f"caught up with the journal: {self.source.stats.entries:,} entries read in {took:.1f} s")
-            # right after effects: a kill now would redo as little as possible
-            self._save(force=effects, behind=not self.source.at_end)
+            self._save(force=effects)  # right after effects: a kill now would redo as little as possible
             if self.source.at_end:
-                if first:  # the catch-up's freed pages, at once
-                    self._heap.now()
+                if not self._caught_up:
+                    self._caught_up = True
+                    self._heap.now()  # the catch-up's freed pages, at once
+                    if self.source.stats.entries:  # a backlog since the saved position: how long it took
+                        took = time.time() - self.health.started_at
+                        log(f"caught up with the journal: {self.source.stats.entries:,} entries read in {took:.1f} s")
                 return True
             if time.monotonic() >= deadline:
                 return False
@@ -534,9 +531,9 @@ class Daemon:
             if newest is not None:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
-    def _save(self, force: bool = False, behind: bool = False) -> None:
+    def _save(self, force: bool = False) -> None:
         def snapshot() -> dict:
             with self.lock:
                 return self.engine.snapshot()
 
-        self.saver.save(self.source.cursor, snapshot, force=force, behind=behind)
+        self.saver.save(self.source.cursor, snapshot, force=force)

@@ -19,10 +19,6 @@ from crashdoc.runtime.log import log
 from crashdoc.sources.cursor import CursorStore, SavedState
 
 SAVE_INTERVAL = 1.0
-# while the journal is behind (a catch-up, a flood) every save is ~60 ms and ~4 MB of transient heap for
-# a 1 MB snapshot; a kill -9 then redoes at most these seconds of reading (decisions with effects are
-# saved at once, whatever the interval)
-BEHIND_SAVE_INTERVAL = 5.0
 
 
 @dataclass(slots=True)
@@ -33,12 +29,9 @@ class StateSaver:
     dirty: bool = False
     _last_save: float = 0.0
 
-    def save(
-        self, cursor: str | None, snapshot: Callable[[], dict[str, Any]], force: bool = False, behind: bool = False
-    ) -> None:
+    def save(self, cursor: str | None, snapshot: Callable[[], dict[str, Any]], force: bool = False) -> None:
         now = time.monotonic()
-        interval = BEHIND_SAVE_INTERVAL if behind else SAVE_INTERVAL
-        if not self.dirty or (not force and now - self._last_save < interval) or cursor is None:
+        if not self.dirty or (not force and now - self._last_save < SAVE_INTERVAL) or cursor is None:
             return
         ok = self.store.save(cursor, engine=snapshot())
         if not ok and self.health.state_writable:
