@@ -143,3 +143,311 @@ long crashdoc_reader_threshold(PyObject *reader) {
     if (sd_journal_get_data_threshold(((SystemdReader *)reader)->j, &size) < 0) return -1;
     return (long)size;
 }
+
+/* ---- reading ahead: the next batch walked in a thread while Python handles this one ----------------------
+ *
+ * `diagnose` reads the journal and runs the engine one after the other: on two CPUs the walk (libsystemd,
+ * no Python object) can go on beside the engine. crashdoc_read_ahead() returns the batch a thread read
+ * since the last call (or reads one now) and, when that batch ended on its limit, starts the thread on the
+ * next before building this one's lines. The thread touches the sd_journal and its own buffers only, never a
+ * Python object: it checks each entry's process against a copy of `processes` taken when it started (Python
+ * changes `processes` only on the entries a batch stops on, and no thread runs then), and keeps the raw
+ * messages; the lines are built with the GIL, by line_of and text_of as crashdoc_read_batch builds them. While
+ * a thread runs nobody else may use the sd_journal: sources/fastread.py's ReadAhead joins it first. */
+#include <pthread.h>
+#include <stdint.h>
+#include <stdlib.h>
+
+#define MAX_STOP 8
+
+typedef struct {
+    const char *unit, *pid; size_t nunit, npid; Py_ssize_t template; /* index in `templates` */
+} Key;
+
+typedef struct { Py_ssize_t key; size_t off, len; uint64_t usec; } Raw;
+
+typedef struct {
+    /* what the walk was asked */
+    sd_journal *j;
+    long limit, max_bytes;
+    int nstop; char *stop[MAX_STOP]; size_t nstop_len[MAX_STOP];
+    Key *keys; size_t nslots; /* open addressing, nslots a power of two (0: no process known) */
+    PyObject *known; /* the (unit, pid) tuples and templates the keys point into, kept alive: a list */
+    /* what it found */
+    Raw *raw; size_t nraw, raw_cap;
+    char *arena; size_t used, arena_cap;
+    long status, stepped, errors;
+    int oom;
+} Walk;
+
+typedef struct {
+    Walk walk[2];
+    int next; /* the walk a thread fills, or filled */
+    int running; /* a thread walks walk[next] */
+    pthread_t thread;
+    char *cursor; uint64_t usec; int has_position; /* where the reader was when the running walk started */
+} Ahead;
+
+static uint64_t key_hash(const char *unit, size_t nunit, const char *pid, size_t npid) {
+    uint64_t h = 1469598103934665603ULL;
+    for (size_t i = 0; i < nunit; i++) h = (h ^ (unsigned char)unit[i]) * 1099511628211ULL;
+    h = (h ^ 0xff) * 1099511628211ULL;
+    for (size_t i = 0; i < npid; i++) h = (h ^ (unsigned char)pid[i]) * 1099511628211ULL;
+    return h;
+}
+
+static Py_ssize_t key_find(const Walk *w, const char *unit, size_t nunit, const char *pid, size_t npid) {
+    if (w->nslots == 0) return -1;
+    size_t mask = w->nslots - 1;
+    for (size_t s = key_hash(unit, nunit, pid, npid) & mask;; s = (s + 1) & mask) {
+        const Key *k = &w->keys[s];
+        if (k->unit == NULL) return -1;
+        if (k->nunit == nunit && k->npid == npid && memcmp(k->unit, unit, nunit) == 0 && memcmp(k->pid, pid, npid) == 0)
+            return k->template;
+    }
+}
+
+static void walk_clear(Walk *w) {
+    for (int s = 0; s < w->nstop; s++) free(w->stop[s]);
+    w->nstop = 0;
+    free(w->keys); w->keys = NULL; w->nslots = 0;
+    Py_CLEAR(w->known);
+    w->nraw = w->used = 0;
+    w->status = LIMIT; w->stepped = w->errors = 0; w->oom = 0;
+}
+
+/* with the GIL: the walk's request and its copy of `processes` (returns -1 with an exception set) */
+static int walk_setup(Walk *w, sd_journal *j, long limit, PyObject *stop, PyObject *processes, long max_bytes) {
+    walk_clear(w);
+    w->j = j; w->limit = limit; w->max_bytes = max_bytes;
+    if (!PyTuple_Check(stop) || !PyDict_Check(processes) || PyTuple_GET_SIZE(stop) > MAX_STOP) {
+        PyErr_SetString(PyExc_TypeError, "fastread: stop is a tuple of at most 8 bytes, processes a dict");
+        return -1;
+    }
+    for (Py_ssize_t s = 0; s < PyTuple_GET_SIZE(stop); s++) {
+        PyObject *p = PyTuple_GET_ITEM(stop, s);
+        if (!PyBytes_Check(p)) { PyErr_SetString(PyExc_TypeError, "fastread: stop holds bytes"); return -1; }
+        w->nstop_len[s] = (size_t)PyBytes_GET_SIZE(p);
+        w->stop[s] = malloc(w->nstop_len[s] + 1);
+        if (w->stop[s] == NULL) { PyErr_NoMemory(); return -1; }
+        memcpy(w->stop[s], PyBytes_AS_STRING(p), w->nstop_len[s]);
+        w->nstop = (int)s + 1;
+    }
+    Py_ssize_t n = PyDict_GET_SIZE(processes);
+    w->known = PyList_New(0);
+    if (w->known == NULL) return -1;
+    if (n == 0) return 0;
+    size_t slots = 16;
+    while (slots < (size_t)n * 2) slots <<= 1;
+    w->keys = calloc(slots, sizeof(Key));
+    if (w->keys == NULL) { PyErr_NoMemory(); return -1; }
+    w->nslots = slots;
+    PyObject *key, *template;
+    Py_ssize_t pos = 0;
+    while (PyDict_Next(processes, &pos, &key, &template)) {
+        PyObject *u, *p;
+        if (!PyTuple_Check(key) || PyTuple_GET_SIZE(key) != 2 || !PyBytes_Check(u = PyTuple_GET_ITEM(key, 0))
+            || !PyBytes_Check(p = PyTuple_GET_ITEM(key, 1))) {
+            PyErr_SetString(PyExc_TypeError, "fastread: processes are keyed by (unit bytes, pid bytes)");
+            return -1;
+        }
+        Py_ssize_t index = PyList_GET_SIZE(w->known);
+        if (PyList_Append(w->known, template) < 0 || PyList_Append(w->known, key) < 0) return -1;
+        size_t nu = (size_t)PyBytes_GET_SIZE(u), np = (size_t)PyBytes_GET_SIZE(p);
+        size_t mask = slots - 1, s = key_hash(PyBytes_AS_STRING(u), nu, PyBytes_AS_STRING(p), np) & mask;
+        while (w->keys[s].unit != NULL) s = (s + 1) & mask;
+        w->keys[s] = (Key){PyBytes_AS_STRING(u), PyBytes_AS_STRING(p), nu, np, index};
+    }
+    return 0;
+}
+
+static int arena_put(Walk *w, const char *d, size_t n, size_t *off) {
+    if (w->used + n > w->arena_cap) {
+        size_t cap = w->arena_cap ? w->arena_cap : 1 << 16;
+        while (cap < w->used + n) cap *= 2;
+        char *a = realloc(w->arena, cap);
+        if (a == NULL) return -1;
+        w->arena = a; w->arena_cap = cap;
+    }
+    memcpy(w->arena + w->used, d, n);
+    *off = w->used;
+    w->used += n;
+    return 0;
+}
+
+/* without the GIL: crashdoc_read_batch's walk, step for step, keeping raw messages */
+#define ARENA_MAX (8 << 20) /* a walk ends once it holds this many bytes of messages (a flood of 16K lines) */
+
+static void walk_run(Walk *w) {
+    sd_journal *j = w->j;
+    while (w->stepped < w->limit && w->used < ARENA_MAX) {
+        int r = sd_journal_next(j);
+        if (r < 0) { w->status = r; return; }
+        if (r == 0) { w->status = AT_END; return; }
+        w->stepped++;
+        const void *data;
+        size_t length, mark = w->used, msg_off = 0, msg_len = 0, n_unit = 0, n_pid = 0;
+        char unit[512], pid[32];
+        int has_unit = 0, has_pid = 0, has_msg = 0, found = 0, stop_here = 0, long_key = 0;
+        sd_journal_restart_data(j);
+        while (found < NFIELDS && (r = sd_journal_enumerate_data(j, &data, &length)) > 0) {
+            const char *d = data;
+            if (!has_unit && length >= fields[0].len && memcmp(d, fields[0].prefix, fields[0].len) == 0) {
+                d += fields[0].len;
+                n_unit = length - fields[0].len;
+                for (int s = 0; s < w->nstop && !stop_here; s++)
+                    stop_here = w->nstop_len[s] <= n_unit && memcmp(d, w->stop[s], w->nstop_len[s]) == 0;
+                if (stop_here) break;
+                if (n_unit <= sizeof(unit)) memcpy(unit, d, n_unit); else long_key = 1;
+                has_unit = 1; found++;
+            } else if (!has_pid && length >= fields[1].len && memcmp(d, fields[1].prefix, fields[1].len) == 0) {
+                n_pid = length - fields[1].len;
+                if (n_pid <= sizeof(pid)) memcpy(pid, d + fields[1].len, n_pid); else long_key = 1;
+                has_pid = 1; found++;
+            } else if (!has_msg && length >= fields[2].len && memcmp(d, fields[2].prefix, fields[2].len) == 0) {
+                msg_len = length - fields[2].len;
+                if (w->max_bytes >= 0 && msg_len > (size_t)w->max_bytes) msg_len = (size_t)w->max_bytes;
+                if (arena_put(w, d + fields[2].len, msg_len, &msg_off) < 0) { w->oom = 1; return; }
+                has_msg = 1; found++;
+            }
+        }
+        if (stop_here) { w->used = mark; w->status = STOPPED; return; }
+        if (r < 0) { w->used = mark; w->errors++; continue; } /* a damaged entry: counted, skipped */
+        if (!has_unit || long_key) { w->used = mark; w->status = STOPPED; return; } /* Python decides */
+        if (!has_pid || !has_msg) { w->used = mark; continue; }
+        Py_ssize_t key = key_find(w, unit, n_unit, pid, n_pid);
+        if (key < 0) { w->used = mark; w->status = STOPPED; return; } /* a process's first line */
+        uint64_t usec = 0;
+        if (sd_journal_get_realtime_usec(j, &usec) < 0) { w->used = mark; w->errors++; continue; }
+        if (w->nraw == w->raw_cap) {
+            size_t cap = w->raw_cap ? w->raw_cap * 2 : 512;
+            Raw *raw = realloc(w->raw, cap * sizeof(Raw));
+            if (raw == NULL) { w->oom = 1; return; }
+            w->raw = raw; w->raw_cap = cap;
+        }
+        w->raw[w->nraw++] = (Raw){key, msg_off, msg_len, usec};
+    }
+    w->status = LIMIT;
+}
+
+static void *walk_thread(void *arg) {
+    walk_run(arg);
+    return NULL;
+}
+
+void *crashdoc_ahead_new(void) { return calloc(1, sizeof(Ahead)); }
+
+/* without a thread running: forget where it started */
+static void ahead_forget_position(Ahead *a) {
+    free(a->cursor); a->cursor = NULL; a->has_position = 0;
+}
+
+/* wait for the running walk, if any; 1 when a walk was waited for (its batch not handed out yet) */
+int crashdoc_ahead_join(void *state) {
+    Ahead *a = state;
+    if (!a->running) return 0;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(a->thread, NULL);
+    Py_END_ALLOW_THREADS
+    a->running = 0;
+    return 1;
+}
+
+/* where the reader was when the running walk started: (cursor, realtime usec) of the last entry handed out,
+ * or None when no walk runs (the reader itself says) */
+PyObject *crashdoc_ahead_position(void *state) {
+    Ahead *a = state;
+    if (!a->running || !a->has_position) Py_RETURN_NONE;
+    return Py_BuildValue("(sK)", a->cursor ? a->cursor : "", (unsigned long long)a->usec);
+}
+
+/* drop the walked batch that was not handed out (the reader is to be placed again): joins first; returns the
+ * cursor of the last entry handed out (to seek back to), or None */
+PyObject *crashdoc_ahead_drop(void *state) {
+    Ahead *a = state;
+    int waited = crashdoc_ahead_join(a);
+    PyObject *out = waited && a->cursor ? PyUnicode_FromString(a->cursor) : (Py_INCREF(Py_None), Py_None);
+    walk_clear(&a->walk[a->next]);
+    ahead_forget_position(a);
+    return out;
+}
+
+void crashdoc_ahead_free(void *state) {
+    Ahead *a = state;
+    if (a == NULL) return;
+    crashdoc_ahead_join(a);
+    for (int i = 0; i < 2; i++) {
+        walk_clear(&a->walk[i]);
+        free(a->walk[i].raw); free(a->walk[i].arena);
+    }
+    free(a->cursor);
+    free(a);
+}
+
+/* with the GIL, no walk running: walk[index] from the reader's entry on, in a thread (-1: an exception set;
+ * when no thread can start, nothing runs and the next call walks itself) */
+static int ahead_start(Ahead *a, int index, sd_journal *j, long limit, PyObject *stop, PyObject *processes,
+                       long max_bytes) {
+    Walk *n = &a->walk[index];
+    char *cursor = NULL; /* where the events handed out end: asked of no reader while the walk runs */
+    ahead_forget_position(a);
+    if (sd_journal_get_cursor(j, &cursor) >= 0 && sd_journal_get_realtime_usec(j, &a->usec) >= 0) {
+        a->cursor = cursor; a->has_position = 1;
+    } else {
+        free(cursor);
+    }
+    if (walk_setup(n, j, limit, stop, processes, max_bytes) < 0) { ahead_forget_position(a); return -1; }
+    if (a->has_position && pthread_create(&a->thread, NULL, walk_thread, n) == 0) {
+        a->running = 1;
+    } else {
+        walk_clear(n); ahead_forget_position(a);
+    }
+    return 0;
+}
+
+/* start walking the next batch now (after Python read the entry a batch stopped on); None */
+PyObject *crashdoc_ahead_start(PyObject *reader, void *state, long limit, PyObject *stop, PyObject *processes,
+                               long max_bytes) {
+    Ahead *a = state;
+    if (a->running) Py_RETURN_NONE;
+    if (ahead_start(a, a->next, ((SystemdReader *)reader)->j, limit, stop, processes, max_bytes) < 0) return NULL;
+    Py_RETURN_NONE;
+}
+
+/* crashdoc_read_batch's contract, the walk read ahead: (lines, status, stepped, errors) of the walk that ran
+ * since the last call (started with that call's limit) or of one walked now */
+PyObject *crashdoc_read_ahead(PyObject *reader, void *state, long limit, PyObject *stop, PyObject *processes,
+                              long max_bytes, PyObject *line_of, PyObject *text_of) {
+    Ahead *a = state;
+    sd_journal *j = ((SystemdReader *)reader)->j;
+    Walk *w = &a->walk[a->next];
+    if (!crashdoc_ahead_join(a)) {
+        if (walk_setup(w, j, limit, stop, processes, max_bytes) < 0) return NULL;
+        Py_BEGIN_ALLOW_THREADS
+        walk_run(w);
+        Py_END_ALLOW_THREADS
+    }
+    ahead_forget_position(a);
+    if (w->oom) { walk_clear(w); return PyErr_NoMemory(); }
+    /* the next batch is walked while this one becomes lines */
+    if (w->status == LIMIT && ahead_start(a, 1 - a->next, j, limit, stop, processes, max_bytes) < 0) return NULL;
+    PyObject *out = PyList_New(0);
+    int failed = out == NULL;
+    for (size_t i = 0; i < w->nraw && !failed; i++) {
+        Raw *raw = &w->raw[i];
+        PyObject *text = message_text(w->arena + raw->off, raw->len, -1, text_of);
+        PyObject *ts = text ? PyFloat_FromDouble((double)raw->usec / 1e6) : NULL;
+        PyObject *line = NULL;
+        if (ts != NULL) {
+            PyObject *args[3] = {PyList_GET_ITEM(w->known, raw->key), text, ts};
+            line = PyObject_Vectorcall(line_of, args, 3, NULL);
+        }
+        failed = line == NULL || PyList_Append(out, line) < 0;
+        Py_XDECREF(text); Py_XDECREF(ts); Py_XDECREF(line);
+    }
+    long status = w->status, stepped = w->stepped, errors = w->errors;
+    walk_clear(w);
+    a->next = 1 - a->next;
+    if (failed) { Py_XDECREF(out); return NULL; }
+    return Py_BuildValue("(Nlll)", out, status, stepped, errors);
+}

@@ -46,7 +46,7 @@ from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
 from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
-    from crashdoc.sources.fastread import BatchReader
+    from crashdoc.sources.fastread import BatchReader, ReadAhead
     from crashdoc.sources.kernel_gpu import KernelGpuReader
 
 TRIM_CHECK_EVERY = 500  # entries read between two looks at how many file pages are mapped (a batch of the C reader)
@@ -164,11 +164,13 @@ class JournalSource:
         self._gpu_lines: KernelGpuReader | None = None
         self.driver_loaded = False  # a GPU event said the NVIDIA driver loaded: the host's GPUs may have changed
         self._batch: BatchReader | None = None
+        self._ahead: ReadAhead | None = None  # `once`: read() walks the next batch while the caller works
         self.fast_reader = "not asked for (no folder to build it in)"  # "" when the C reader reads
         if build_dir is not None:
-            from crashdoc.sources.fastread import batch_reader
+            from crashdoc.sources.fastread import batch_reader, read_ahead
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
+            self._ahead = read_ahead(build_dir) if once and self._batch is not None else None
         self._names |= self._journal_names()
         self._match()
         self._pages.release()  # looking the names up mapped a window of every file
@@ -211,6 +213,7 @@ class JournalSource:
     def _rematch(self) -> None:
         """New matches, the reader staying where it is: the entry it is on (if any) stays the current
         one, so the next read goes on after it (changing the matches forgets the current entry)."""
+        self._settle()
         r = self.reader
         try:
             here = r._get_cursor()
@@ -276,17 +279,28 @@ class JournalSource:
 
     # --- positioning ---------------------------------------------------------------------
 
+    def _settle(self) -> None:
+        """Before the reader is used outside read(): no walk may run beside it (`ReadAhead`), and what a walk
+        read past the events handed out is read again."""
+        back = self._ahead.drop() if self._ahead is not None else None
+        if back:
+            self.reader.seek_cursor(back)
+            self.reader._next()  # on the last entry handed out: reading goes on after it
+
     def seek_head(self) -> None:
+        self._settle()
         self.reader.seek_head()
 
     def seek_tail(self) -> None:
         """Start after the newest entry: only what happens from now on."""
+        self._settle()
         self.reader.seek_tail()
         self.reader._previous()  # libsystemd needs a step to settle on the tail
 
     def seek_since(self, when: datetime | float) -> None:
         if isinstance(when, int | float):
             when = datetime.fromtimestamp(when)
+        self._settle()
         self.reader.seek_realtime(when)
 
     def seek_cursor(self, cursor: str) -> bool:
@@ -299,6 +313,7 @@ class JournalSource:
         entry written since, and the saved state with them.
         """
         self.cursor_gone = False
+        self._settle()
         r = self.reader
         try:
             r.seek_cursor(cursor)
@@ -337,21 +352,25 @@ class JournalSource:
         The hot path of the daemon and of `diagnose`. A batch reader returns the lines of processes
         already seen (their template is in `_processes`) and stops on every other entry (a process's
         first line, PID 1's records, core dumps, kernel lines): those are read here, with their own
-        rules, and the batch goes on after them."""
+        rules, and the batch goes on after them. In `once` mode the C reader walks the next batch while the caller
+        works (`ReadAhead`): one batch a call, ended by the first entry read with its own rules, and walked
+        while the caller handled the last call's events (with that call's `limit`)."""
         if self._invalidated:
             self._invalidated = False
             self._count_vacuumed()
-        batch = self._batch or python_batch
+        batch = self._ahead or self._batch or python_batch
         r = self.reader
         processes = self._processes
         stats = self.stats
         events: list[Event] = []
         stepped = lines = 0
         self.at_end = False
+        # reading ahead, a batch is what the caller handles next (the walk goes on while the caller works)
+        chunk = limit if self._ahead is not None else TRIM_CHECK_EVERY
         while stepped < limit:
             entries, status, n, errors = batch(
                 r,
-                min(TRIM_CHECK_EVERY, limit - stepped),
+                min(chunk, limit - stepped),
                 _STOP_BATCH,
                 processes,
                 MAX_MESSAGE_CHARS,
@@ -373,6 +392,9 @@ class JournalSource:
                     event = None
                 if event is not None:
                     events.append(event)
+                if self._ahead is not None:  # the caller handles these while the next batch is walked
+                    self._ahead.start(r, limit, _STOP_BATCH, processes, MAX_MESSAGE_CHARS)
+                    break
             elif status == AT_END:
                 self.at_end = True
                 break
@@ -386,9 +408,9 @@ class JournalSource:
         if stepped:
             stats.entries += stepped
             self._pages.bound(self.at_end)
-            try:
-                self._cursor = r._get_cursor()
-                stats.last_timestamp = r._get_realtime() / 1e6
+            ahead = self._ahead.position() if self._ahead is not None else None
+            try:  # a walk reading ahead owns the reader: it said where the events handed out end
+                self._cursor, stats.last_timestamp = ahead or (r._get_cursor(), r._get_realtime() / 1e6)
             except OSError:
                 pass
         if self.at_end:  # everything written was passed, what the matches skipped included
@@ -502,6 +524,7 @@ class JournalSource:
         the files' headers (the position stays; a second reader over a 12-file journal cost 25 ms, and the
         daemon asks every second while behind): how far reading is behind what was written
         (crashdoc_journal_lag_seconds), and where a long read is between the two ends (diagnose's progress)."""
+        self._settle()
         try:
             usec = self.reader._get_start() if oldest else self.reader._get_end()
         except OSError:
@@ -511,16 +534,19 @@ class JournalSource:
     # --- waiting -------------------------------------------------------------------------
 
     def fileno(self) -> int:
+        self._settle()
         return self.reader.fileno()
 
     def process(self) -> int:
         """Acknowledge an inotify wake-up (rotation, new files, appends)."""
+        self._settle()
         change = self.reader.process()
         if change == journal.INVALIDATE:  # files added or removed: a vacuum may have taken unread entries
             self._invalidated = True
         return change
 
     def close(self) -> None:
+        self._settle()
         self.reader.close()
 
     def rewatch(self, rules: Sequence[WatchRule]) -> None:
@@ -529,6 +555,7 @@ class JournalSource:
         is shared with the engine and the D-Bus watcher, so it changes in place."""
         self.units.rules = tuple(rules)
         self.units.forget()
+        self._settle()
         self._processes.clear()  # a process of a unit no longer watched must not be read on
         self._names = self._journal_names()
         self._rematch()
