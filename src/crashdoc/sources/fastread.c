@@ -161,10 +161,17 @@ long crashdoc_reader_threshold(PyObject *reader) {
 #define MAX_STOP 8
 
 typedef struct {
-    const char *unit, *pid; size_t nunit, npid; Py_ssize_t template; /* index in `templates` */
+    const char *unit, *pid; size_t nunit, npid;
+    Py_ssize_t template; /* index in `known`, or -1 - n: the n-th process this walk found (`fresh`) */
 } Key;
 
-typedef struct { Py_ssize_t key; size_t off, len; uint64_t usec; } Raw;
+/* a line; or (first >= 0) a process's first line, its fields at these offsets of the arena (-1: absent) */
+typedef struct {
+    Py_ssize_t key; size_t off, len; uint64_t usec;
+    long first, unit, nunit, pid, npid, invocation, ninvocation, cmdline, ncmdline;
+} Raw;
+
+#define MAX_FRESH 256 /* processes one walk may find before it stops on the next (and Python reads it) */
 
 typedef struct {
     /* what the walk was asked */
@@ -173,6 +180,7 @@ typedef struct {
     int nstop; char *stop[MAX_STOP]; size_t nstop_len[MAX_STOP];
     Key *keys; size_t nslots; /* open addressing, nslots a power of two (0: no process known) */
     PyObject *known; /* the (unit, pid) tuples and templates the keys point into, kept alive: a list */
+    char *fresh_keys[MAX_FRESH]; PyObject *fresh[MAX_FRESH]; int nfresh; /* processes found by the walk */
     /* what it found */
     Raw *raw; size_t nraw, raw_cap;
     char *arena; size_t used, arena_cap;
@@ -196,18 +204,22 @@ static uint64_t key_hash(const char *unit, size_t nunit, const char *pid, size_t
     return h;
 }
 
+#define NOT_FOUND PY_SSIZE_T_MIN
+
 static Py_ssize_t key_find(const Walk *w, const char *unit, size_t nunit, const char *pid, size_t npid) {
-    if (w->nslots == 0) return -1;
+    if (w->nslots == 0) return NOT_FOUND;
     size_t mask = w->nslots - 1;
     for (size_t s = key_hash(unit, nunit, pid, npid) & mask;; s = (s + 1) & mask) {
         const Key *k = &w->keys[s];
-        if (k->unit == NULL) return -1;
+        if (k->unit == NULL) return NOT_FOUND;
         if (k->nunit == nunit && k->npid == npid && memcmp(k->unit, unit, nunit) == 0 && memcmp(k->pid, pid, npid) == 0)
             return k->template;
     }
 }
 
 static void walk_clear(Walk *w) {
+    for (int i = 0; i < w->nfresh; i++) { free(w->fresh_keys[i]); Py_CLEAR(w->fresh[i]); }
+    w->nfresh = 0;
     for (int s = 0; s < w->nstop; s++) free(w->stop[s]);
     w->nstop = 0;
     free(w->keys); w->keys = NULL; w->nslots = 0;
@@ -236,9 +248,8 @@ static int walk_setup(Walk *w, sd_journal *j, long limit, PyObject *stop, PyObje
     Py_ssize_t n = PyDict_GET_SIZE(processes);
     w->known = PyList_New(0);
     if (w->known == NULL) return -1;
-    if (n == 0) return 0;
     size_t slots = 16;
-    while (slots < (size_t)n * 2) slots <<= 1;
+    while (slots < ((size_t)n + MAX_FRESH) * 2) slots <<= 1;
     w->keys = calloc(slots, sizeof(Key));
     if (w->keys == NULL) { PyErr_NoMemory(); return -1; }
     w->nslots = slots;
@@ -261,6 +272,21 @@ static int walk_setup(Walk *w, sd_journal *j, long limit, PyObject *stop, PyObje
     return 0;
 }
 
+/* without the GIL: a process the walk found, remembered so that its next lines are lines (NOT_FOUND: no room) */
+static Py_ssize_t key_add(Walk *w, const char *unit, size_t nunit, const char *pid, size_t npid) {
+    if (w->nfresh == MAX_FRESH) return NOT_FOUND;
+    char *copy = malloc(nunit + npid + 1);
+    if (copy == NULL) return NOT_FOUND;
+    memcpy(copy, unit, nunit);
+    memcpy(copy + nunit, pid, npid);
+    size_t mask = w->nslots - 1, s = key_hash(unit, nunit, pid, npid) & mask;
+    while (w->keys[s].unit != NULL) s = (s + 1) & mask;
+    Py_ssize_t template = -1 - w->nfresh;
+    w->keys[s] = (Key){copy, copy + nunit, nunit, npid, template};
+    w->fresh_keys[w->nfresh++] = copy;
+    return template;
+}
+
 static int arena_put(Walk *w, const char *d, size_t n, size_t *off) {
     if (w->used + n > w->arena_cap) {
         size_t cap = w->arena_cap ? w->arena_cap : 1 << 16;
@@ -276,6 +302,37 @@ static int arena_put(Walk *w, const char *d, size_t n, size_t *off) {
 }
 
 /* without the GIL: crashdoc_read_batch's walk, step for step, keeping raw messages */
+/* without the GIL, on a process's first line: its unit, PID, invocation and command line into the arena
+ * (-1: no memory, or the entry cannot be read again) */
+static int walk_first(Walk *w, Raw *first, const char *unit, size_t nunit, const char *pid, size_t npid) {
+    static const struct { const char *prefix; size_t len; } more[] = {
+        FIELD("_SYSTEMD_INVOCATION_ID"), FIELD("_CMDLINE"),
+    };
+    size_t off;
+    if (arena_put(w, unit, nunit, &off) < 0) return -1;
+    first->unit = (long)off; first->nunit = (long)nunit;
+    if (arena_put(w, pid, npid, &off) < 0) return -1;
+    first->pid = (long)off; first->npid = (long)npid;
+    first->invocation = first->cmdline = -1;
+    first->ninvocation = first->ncmdline = 0;
+    const void *data;
+    size_t length;
+    int r = 0;
+    sd_journal_restart_data(w->j);
+    while ((first->invocation < 0 || first->cmdline < 0) && (r = sd_journal_enumerate_data(w->j, &data, &length)) > 0) {
+        for (int f = 0; f < 2; f++) {
+            long *at = f == 0 ? &first->invocation : &first->cmdline;
+            long *n = f == 0 ? &first->ninvocation : &first->ncmdline;
+            if (*at < 0 && length >= more[f].len && memcmp(data, more[f].prefix, more[f].len) == 0) {
+                if (arena_put(w, (const char *)data + more[f].len, length - more[f].len, &off) < 0) return -1;
+                *at = (long)off; *n = (long)(length - more[f].len);
+            }
+        }
+    }
+    first->first = 1;
+    return r < 0 ? -1 : 0;
+}
+
 #define ARENA_MAX (8 << 20) /* a walk ends once it holds this many bytes of messages (a flood of 16K lines) */
 
 static void walk_run(Walk *w) {
@@ -316,7 +373,13 @@ static void walk_run(Walk *w) {
         if (!has_unit || long_key) { w->used = mark; w->status = STOPPED; return; } /* Python decides */
         if (!has_pid || !has_msg) { w->used = mark; continue; }
         Py_ssize_t key = key_find(w, unit, n_unit, pid, n_pid);
-        if (key < 0) { w->used = mark; w->status = STOPPED; return; } /* a process's first line */
+        Raw first = {.first = -1};
+        if (key == NOT_FOUND) { /* a process's first line: what Python reads of it is kept, the walk goes on */
+            if (w->nfresh == MAX_FRESH || walk_first(w, &first, unit, n_unit, pid, n_pid) < 0
+                || (key = key_add(w, unit, n_unit, pid, n_pid)) == NOT_FOUND) {
+                w->used = mark; w->status = STOPPED; return; /* Python reads it itself */
+            }
+        }
         uint64_t usec = 0;
         if (sd_journal_get_realtime_usec(j, &usec) < 0) { w->used = mark; w->errors++; continue; }
         if (w->nraw == w->raw_cap) {
@@ -325,7 +388,8 @@ static void walk_run(Walk *w) {
             if (raw == NULL) { w->oom = 1; return; }
             w->raw = raw; w->raw_cap = cap;
         }
-        w->raw[w->nraw++] = (Raw){key, msg_off, msg_len, usec};
+        first.key = key; first.off = msg_off; first.len = msg_len; first.usec = usec;
+        w->raw[w->nraw++] = first;
     }
     w->status = LIMIT;
 }
@@ -416,8 +480,45 @@ PyObject *crashdoc_ahead_start(PyObject *reader, void *state, long limit, PyObje
 
 /* crashdoc_read_batch's contract, the walk read ahead: (lines, status, stepped, errors) of the walk that ran
  * since the last call (started with that call's limit) or of one walked now */
+/* with the GIL: a process's first line, through first_of({field: bytes}, realtime usec, unit bytes) (Python's
+ * rules: the process's template is made and kept in `processes`); its template kept for its next lines.
+ * New reference: the line, or None */
+static PyObject *first_line(Walk *w, Raw *raw, PyObject *processes, PyObject *first_of) {
+    PyObject *fields = PyDict_New(), *unit = NULL, *key = NULL, *line = NULL;
+    if (fields == NULL) return NULL;
+    const char *names[] = {"MESSAGE", "_PID", "_SYSTEMD_INVOCATION_ID", "_CMDLINE"};
+    long at[] = {(long)raw->off, raw->pid, raw->invocation, raw->cmdline};
+    long n[] = {(long)raw->len, raw->npid, raw->ninvocation, raw->ncmdline};
+    for (int f = 0; f < 4; f++) {
+        if (at[f] < 0) continue;
+        PyObject *value = PyBytes_FromStringAndSize(w->arena + at[f], n[f]);
+        if (value == NULL || PyDict_SetItemString(fields, names[f], value) < 0) {
+            Py_XDECREF(value); Py_DECREF(fields); return NULL;
+        }
+        Py_DECREF(value);
+    }
+    PyObject *pid = PyDict_GetItemString(fields, "_PID"); /* borrowed */
+    unit = PyBytes_FromStringAndSize(w->arena + raw->unit, raw->nunit);
+    PyObject *usec = unit ? PyLong_FromUnsignedLongLong(raw->usec) : NULL;
+    if (usec != NULL) {
+        PyObject *args[3] = {fields, usec, unit};
+        line = PyObject_Vectorcall(first_of, args, 3, NULL);
+        Py_DECREF(usec);
+    }
+    if (line != NULL && (key = PyTuple_Pack(2, unit, pid)) != NULL) {
+        PyObject *template = PyDict_GetItemWithError(processes, key); /* None: the unit is not watched */
+        if (template == NULL && PyErr_Occurred()) Py_CLEAR(line);
+        Py_XINCREF(template);
+        w->fresh[-1 - raw->key] = template;
+    } else {
+        Py_CLEAR(line);
+    }
+    Py_XDECREF(key); Py_XDECREF(unit); Py_DECREF(fields);
+    return line;
+}
+
 PyObject *crashdoc_read_ahead(PyObject *reader, void *state, long limit, PyObject *stop, PyObject *processes,
-                              long max_bytes, PyObject *line_of, PyObject *text_of) {
+                              long max_bytes, PyObject *line_of, PyObject *text_of, PyObject *first_of) {
     Ahead *a = state;
     sd_journal *j = ((SystemdReader *)reader)->j;
     Walk *w = &a->walk[a->next];
@@ -435,11 +536,19 @@ PyObject *crashdoc_read_ahead(PyObject *reader, void *state, long limit, PyObjec
     int failed = out == NULL;
     for (size_t i = 0; i < w->nraw && !failed; i++) {
         Raw *raw = &w->raw[i];
+        if (raw->first >= 0) {
+            PyObject *line = first_line(w, raw, processes, first_of);
+            failed = line == NULL || (line != Py_None && PyList_Append(out, line) < 0);
+            Py_XDECREF(line);
+            continue;
+        }
+        PyObject *template = raw->key >= 0 ? PyList_GET_ITEM(w->known, raw->key) : w->fresh[-1 - raw->key];
+        if (template == NULL) continue; /* a process of a unit not watched: Python keeps none of its lines */
         PyObject *text = message_text(w->arena + raw->off, raw->len, -1, text_of);
         PyObject *ts = text ? PyFloat_FromDouble((double)raw->usec / 1e6) : NULL;
         PyObject *line = NULL;
         if (ts != NULL) {
-            PyObject *args[3] = {PyList_GET_ITEM(w->known, raw->key), text, ts};
+            PyObject *args[3] = {template, text, ts};
             line = PyObject_Vectorcall(line_of, args, 3, NULL);
         }
         failed = line == NULL || PyList_Append(out, line) < 0;

@@ -80,8 +80,9 @@ class ReadAhead:
     (fastread.c `crashdoc_read_ahead`): on two CPUs `diagnose` then costs about the longer of reading and the
     engine instead of their sum. While a walk runs nothing else may use the reader: `position()` says where
     the batches handed out end, and `drop()` (before placing the reader, or closing it) waits for the walk and
-    returns the cursor to go back to. Same batches as `crashdoc_read_batch`, except that a walk started by one
-    call has that call's limit."""
+    returns the cursor to go back to. The same lines as `crashdoc_read_batch`, except that a walk started by
+    one call has that call's limit, and a process's first line does not end it (`first_line` reads it from
+    the fields the walk kept, with Python's rules)."""
 
     def __init__(self, lib: Any) -> None:
         new = lib.crashdoc_ahead_new
@@ -89,7 +90,7 @@ class ReadAhead:
         self._read, self._position = lib.crashdoc_read_ahead, lib.crashdoc_ahead_position
         self._drop = lib.crashdoc_ahead_drop
         self._read.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_long, *(ctypes.py_object,) * 2)
-        self._read.argtypes += (ctypes.c_long, *(ctypes.py_object,) * 2)
+        self._read.argtypes += (ctypes.c_long, *(ctypes.py_object,) * 3)
         self._read.restype = ctypes.py_object
         for f in (self._position, self._drop):
             f.argtypes, f.restype = (ctypes.c_void_p,), ctypes.py_object
@@ -99,15 +100,20 @@ class ReadAhead:
         self._start.restype = ctypes.py_object
         self._free = lib.crashdoc_ahead_free
         self._free.argtypes = (ctypes.c_void_p,)
+        # a process's first line, kept by the walk: first_line({field: bytes}, realtime usec, unit bytes) -> line
+        self.first_line: Callable[[dict[str, bytes], int, bytes], LogLine | None] = lambda fields, usec, unit: None
+        self._reader: Any = None  # the reader a walk may be using: kept alive as long as this
         self._state = new()
         if not self._state:
             raise MemoryError("no memory for the read-ahead state")
 
     def __call__(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int, line_of: Any, text_of: Any):
-        return self._read(reader, self._state, limit, stop, processes, max_bytes, line_of, text_of)
+        self._reader = reader
+        return self._read(reader, self._state, limit, stop, processes, max_bytes, line_of, text_of, self.first_line)
 
     def start(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int) -> None:
         """Walk the next batch now, from the entry the reader is on (Python has read the one a batch stopped on)."""
+        self._reader = reader
         self._start(reader, self._state, limit, stop, processes, max_bytes)
 
     def position(self) -> tuple[str, float] | None:

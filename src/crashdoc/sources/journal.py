@@ -171,6 +171,8 @@ class JournalSource:
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
             self._ahead = read_ahead(build_dir) if once and self._batch is not None else None
+            if self._ahead is not None:
+                self._ahead.first_line = self._walked_first_line
         self._names |= self._journal_names()
         self._match()
         self._pages.release()  # looking the names up mapped a window of every file
@@ -452,6 +454,18 @@ class JournalSource:
     def _first_line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
         """A line the batch readers stopped on: its process is new (its template is made and kept, and
         this line carries its command line), or it is read outside `read()` (`run_so_far`)."""
+        line = self._process_line(get, realtime, unit_raw)
+        self.stats.lines += line is not None
+        return line
+
+    def _walked_first_line(self, fields: dict[str, bytes], usec: int, unit_raw: bytes) -> LogLine | None:
+        """A process's first line that a walk reading ahead kept (`ReadAhead`): what `_other_entry` makes of
+        it, from its fields (the line is counted with its batch)."""
+        if self._role(unit_raw) is None:
+            return None
+        return self._process_line(fields.__getitem__, lambda: usec, unit_raw)
+
+    def _process_line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
         try:
             message = get("MESSAGE")
             pid_raw = get("_PID")
@@ -464,7 +478,6 @@ class JournalSource:
             cmdline = optional(get, "_CMDLINE") or ""
         line = line_of(template, message_text(message[:MAX_MESSAGE_CHARS]), realtime() / 1e6)
         line.cmdline = cmdline
-        self.stats.lines += 1
         return line
 
     def _kernel_record(self, get, realtime, events: list[Event] | None = None) -> LifecycleRecord | None:
