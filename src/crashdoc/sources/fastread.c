@@ -171,7 +171,7 @@ typedef struct {
     long first, unit, nunit, pid, npid, invocation, ninvocation, cmdline, ncmdline;
 } Raw;
 
-#define MAX_FRESH 256 /* processes one walk may find before it stops on the next (and Python reads it) */
+#define MAX_FRESH 1024 /* processes one walk may find before it stops on the next (and Python reads it) */
 
 typedef struct {
     /* what the walk was asked */
@@ -181,18 +181,23 @@ typedef struct {
     Key *keys; size_t nslots; /* open addressing, nslots a power of two (0: no process known) */
     PyObject *known; /* the (unit, pid) tuples and templates the keys point into, kept alive: a list */
     char *fresh_keys[MAX_FRESH]; PyObject *fresh[MAX_FRESH]; int nfresh; /* processes found by the walk */
+    char **names; size_t *nnames; Py_ssize_t nname; /* the units the reader matches (ReadAhead.names) */
     /* what it found */
     Raw *raw; size_t nraw, raw_cap;
     char *arena; size_t used, arena_cap;
     long status, stepped, errors;
-    int oom;
+    int oom, forgot; /* forgot: it kept a record of PID 1's, which may make Python forget processes */
 } Walk;
 
 typedef struct {
     Walk walk[2];
     int next; /* the walk a thread fills, or filled */
-    int running; /* a thread walks walk[next] */
-    pthread_t thread;
+    int running; /* the worker walks walk[next], or has and was not waited for */
+    /* one worker thread for every walk (a thread started per batch waited for a CPU behind the engine) */
+    pthread_t thread; int started, quit;
+    PyObject *names, *other_of; /* ReadAhead.names, ReadAhead.other_entry (crashdoc_ahead_set) */
+    pthread_mutex_t lock; pthread_cond_t wake, done;
+    Walk *job; /* the walk the worker is to do or does; NULL once done */
     char *cursor; uint64_t usec; int has_position; /* where the reader was when the running walk started */
 } Ahead;
 
@@ -220,12 +225,14 @@ static Py_ssize_t key_find(const Walk *w, const char *unit, size_t nunit, const 
 static void walk_clear(Walk *w) {
     for (int i = 0; i < w->nfresh; i++) { free(w->fresh_keys[i]); Py_CLEAR(w->fresh[i]); }
     w->nfresh = 0;
+    for (Py_ssize_t i = 0; i < w->nname; i++) free(w->names[i]);
+    free(w->names); free(w->nnames); w->names = NULL; w->nnames = NULL; w->nname = 0;
     for (int s = 0; s < w->nstop; s++) free(w->stop[s]);
     w->nstop = 0;
     free(w->keys); w->keys = NULL; w->nslots = 0;
     Py_CLEAR(w->known);
     w->nraw = w->used = 0;
-    w->status = LIMIT; w->stepped = w->errors = 0; w->oom = 0;
+    w->status = LIMIT; w->stepped = w->errors = 0; w->oom = w->forgot = 0;
 }
 
 /* with the GIL: the walk's request and its copy of `processes` (returns -1 with an exception set) */
@@ -302,6 +309,17 @@ static int arena_put(Walk *w, const char *d, size_t n, size_t *off) {
 }
 
 /* without the GIL: crashdoc_read_batch's walk, step for step, keeping raw messages */
+static int raw_add(Walk *w, const Raw *raw) {
+    if (w->nraw == w->raw_cap) {
+        size_t cap = w->raw_cap ? w->raw_cap * 2 : 512;
+        Raw *more = realloc(w->raw, cap * sizeof(Raw));
+        if (more == NULL) return -1;
+        w->raw = more; w->raw_cap = cap;
+    }
+    w->raw[w->nraw++] = *raw;
+    return 0;
+}
+
 /* without the GIL, on a process's first line: its unit, PID, invocation and command line into the arena
  * (-1: no memory, or the entry cannot be read again) */
 static int walk_first(Walk *w, Raw *first, const char *unit, size_t nunit, const char *pid, size_t npid) {
@@ -330,6 +348,49 @@ static int walk_first(Walk *w, Raw *first, const char *unit, size_t nunit, const
         }
     }
     first->first = 1;
+    return r < 0 ? -1 : 0;
+}
+
+/* with the GIL: the names the reader matches, for walk_other (-1: an exception set) */
+static int walk_names(Walk *w, PyObject *names) {
+    if (names == NULL || !PyTuple_Check(names)) return 0;
+    Py_ssize_t n = PyTuple_GET_SIZE(names);
+    w->names = calloc((size_t)n + 1, sizeof(char *));
+    w->nnames = calloc((size_t)n + 1, sizeof(size_t));
+    if (w->names == NULL || w->nnames == NULL) { PyErr_NoMemory(); return -1; }
+    for (Py_ssize_t i = 0; i < n; i++) {
+        PyObject *b = PyTuple_GET_ITEM(names, i);
+        if (!PyBytes_Check(b)) { PyErr_SetString(PyExc_TypeError, "fastread: names are bytes"); return -1; }
+        w->nnames[i] = (size_t)PyBytes_GET_SIZE(b);
+        if ((w->names[i] = malloc(w->nnames[i] + 1)) == NULL) { PyErr_NoMemory(); return -1; }
+        memcpy(w->names[i], PyBytes_AS_STRING(b), w->nnames[i]);
+        w->nname = i + 1;
+    }
+    return 0;
+}
+
+/* without the GIL, on an entry Python reads with its own rules (PID 1's, a core dump, a kernel line): every
+ * field into the arena ([4-byte length][NAME=value] each), for Python to read after the walk. -1: the walk
+ * stops on it instead (no memory, a damaged entry, or a UNIT= the reader does not match: a unit new to the
+ * journal, which Python matches from there on) */
+static int walk_other(Walk *w, Raw *other) {
+    const void *data;
+    size_t length, off;
+    int r;
+    other->off = w->used;
+    sd_journal_restart_data(w->j);
+    while ((r = sd_journal_enumerate_data(w->j, &data, &length)) > 0) {
+        if (length >= 5 && memcmp(data, "UNIT=", 5) == 0) {
+            int known = 0;
+            for (Py_ssize_t i = 0; i < w->nname && !known; i++)
+                known = w->nnames[i] == length - 5 && memcmp((const char *)data + 5, w->names[i], length - 5) == 0;
+            if (!known) return -1;
+        }
+        uint32_t n = (uint32_t)length;
+        if (arena_put(w, (const char *)&n, sizeof n, &off) < 0 || arena_put(w, data, length, &off) < 0) return -1;
+    }
+    other->len = w->used - other->off;
+    other->first = 2;
     return r < 0 ? -1 : 0;
 }
 
@@ -368,9 +429,21 @@ static void walk_run(Walk *w) {
                 has_msg = 1; found++;
             }
         }
-        if (stop_here) { w->used = mark; w->status = STOPPED; return; }
+        if (stop_here || (r >= 0 && !has_unit)) { /* PID 1, a core dump, no unit (kernel lines): kept whole */
+            w->used = mark;
+            Raw other = {.first = -1};
+            uint64_t usec = 0;
+            if (w->nname == 0 || walk_other(w, &other) < 0 || sd_journal_get_realtime_usec(j, &usec) < 0
+                || raw_add(w, &other) < 0) {
+                w->used = mark; w->status = STOPPED; return; /* Python reads it itself */
+            }
+            w->raw[w->nraw - 1].usec = usec;
+            if (stop_here && w->nslots) memset(w->keys, 0, w->nslots * sizeof(Key)); /* PID 1 may forget PIDs */
+            w->forgot |= stop_here;
+            continue;
+        }
         if (r < 0) { w->used = mark; w->errors++; continue; } /* a damaged entry: counted, skipped */
-        if (!has_unit || long_key) { w->used = mark; w->status = STOPPED; return; } /* Python decides */
+        if (long_key) { w->used = mark; w->status = STOPPED; return; } /* Python decides */
         if (!has_pid || !has_msg) { w->used = mark; continue; }
         Py_ssize_t key = key_find(w, unit, n_unit, pid, n_pid);
         Raw first = {.first = -1};
@@ -382,24 +455,59 @@ static void walk_run(Walk *w) {
         }
         uint64_t usec = 0;
         if (sd_journal_get_realtime_usec(j, &usec) < 0) { w->used = mark; w->errors++; continue; }
-        if (w->nraw == w->raw_cap) {
-            size_t cap = w->raw_cap ? w->raw_cap * 2 : 512;
-            Raw *raw = realloc(w->raw, cap * sizeof(Raw));
-            if (raw == NULL) { w->oom = 1; return; }
-            w->raw = raw; w->raw_cap = cap;
-        }
         first.key = key; first.off = msg_off; first.len = msg_len; first.usec = usec;
-        w->raw[w->nraw++] = first;
+        if (raw_add(w, &first) < 0) { w->oom = 1; return; }
     }
     w->status = LIMIT;
 }
 
-static void *walk_thread(void *arg) {
-    walk_run(arg);
+static void *walk_worker(void *arg) {
+    Ahead *a = arg;
+    pthread_mutex_lock(&a->lock);
+    for (;;) {
+        while (a->job == NULL && !a->quit) pthread_cond_wait(&a->wake, &a->lock);
+        if (a->quit) break;
+        Walk *w = a->job;
+        pthread_mutex_unlock(&a->lock);
+        walk_run(w);
+        pthread_mutex_lock(&a->lock);
+        a->job = NULL;
+        pthread_cond_signal(&a->done);
+    }
+    pthread_mutex_unlock(&a->lock);
     return NULL;
 }
 
-void *crashdoc_ahead_new(void) { return calloc(1, sizeof(Ahead)); }
+void *crashdoc_ahead_new(void) {
+    Ahead *a = calloc(1, sizeof(Ahead));
+    if (a == NULL) return NULL;
+    pthread_mutex_init(&a->lock, NULL);
+    pthread_cond_init(&a->wake, NULL);
+    pthread_cond_init(&a->done, NULL);
+    return a;
+}
+
+/* what walks need of Python beyond a batch's arguments: the names the reader matches (a tuple of bytes) and
+ * other_entry({field: bytes}, realtime usec) -> [events] for the entries Python reads with its own rules */
+PyObject *crashdoc_ahead_set(void *state, PyObject *names, PyObject *other_of) {
+    Ahead *a = state;
+    Py_INCREF(names); Py_XSETREF(a->names, names);
+    Py_INCREF(other_of); Py_XSETREF(a->other_of, other_of);
+    Py_RETURN_NONE;
+}
+
+/* hand the worker a walk (started on first use); 0, or -1 when no thread can start */
+static int worker_walk(Ahead *a, Walk *w) {
+    if (!a->started) {
+        if (pthread_create(&a->thread, NULL, walk_worker, a) != 0) return -1;
+        a->started = 1;
+    }
+    pthread_mutex_lock(&a->lock);
+    a->job = w;
+    pthread_cond_signal(&a->wake);
+    pthread_mutex_unlock(&a->lock);
+    return 0;
+}
 
 /* without a thread running: forget where it started */
 static void ahead_forget_position(Ahead *a) {
@@ -411,7 +519,9 @@ int crashdoc_ahead_join(void *state) {
     Ahead *a = state;
     if (!a->running) return 0;
     Py_BEGIN_ALLOW_THREADS
-    pthread_join(a->thread, NULL);
+    pthread_mutex_lock(&a->lock);
+    while (a->job != NULL) pthread_cond_wait(&a->done, &a->lock);
+    pthread_mutex_unlock(&a->lock);
     Py_END_ALLOW_THREADS
     a->running = 0;
     return 1;
@@ -440,10 +550,21 @@ void crashdoc_ahead_free(void *state) {
     Ahead *a = state;
     if (a == NULL) return;
     crashdoc_ahead_join(a);
+    if (a->started) {
+        pthread_mutex_lock(&a->lock);
+        a->quit = 1;
+        pthread_cond_signal(&a->wake);
+        pthread_mutex_unlock(&a->lock);
+        pthread_join(a->thread, NULL);
+    }
+    pthread_mutex_destroy(&a->lock);
+    pthread_cond_destroy(&a->wake);
+    pthread_cond_destroy(&a->done);
     for (int i = 0; i < 2; i++) {
         walk_clear(&a->walk[i]);
         free(a->walk[i].raw); free(a->walk[i].arena);
     }
+    Py_CLEAR(a->names); Py_CLEAR(a->other_of);
     free(a->cursor);
     free(a);
 }
@@ -460,8 +581,10 @@ static int ahead_start(Ahead *a, int index, sd_journal *j, long limit, PyObject 
     } else {
         free(cursor);
     }
-    if (walk_setup(n, j, limit, stop, processes, max_bytes) < 0) { ahead_forget_position(a); return -1; }
-    if (a->has_position && pthread_create(&a->thread, NULL, walk_thread, n) == 0) {
+    if (walk_setup(n, j, limit, stop, processes, max_bytes) < 0 || walk_names(n, a->names) < 0) {
+        ahead_forget_position(a); return -1;
+    }
+    if (a->has_position && worker_walk(a, n) == 0) {
         a->running = 1;
     } else {
         walk_clear(n); ahead_forget_position(a);
@@ -517,25 +640,65 @@ static PyObject *first_line(Walk *w, Raw *raw, PyObject *processes, PyObject *fi
     return line;
 }
 
+/* with the GIL: an entry kept whole, through other_of({field: bytes}, realtime usec) -> [events]; new reference */
+static PyObject *other_entry(Walk *w, Raw *raw, PyObject *other_of) {
+    PyObject *fields = PyDict_New();
+    if (fields == NULL) return NULL;
+    for (size_t at = raw->off; at < raw->off + raw->len;) {
+        uint32_t n;
+        memcpy(&n, w->arena + at, sizeof n);
+        const char *d = w->arena + at + sizeof n, *eq = memchr(d, '=', n);
+        at += sizeof n + n;
+        if (eq == NULL) continue;
+        PyObject *name = PyUnicode_DecodeASCII(d, eq - d, "replace");
+        int has = name != NULL ? PyDict_Contains(fields, name) : -1;
+        PyObject *value = has == 0 ? PyBytes_FromStringAndSize(eq + 1, (Py_ssize_t)(n - (eq + 1 - d))) : NULL;
+        int bad = has < 0 || (has == 0 && (value == NULL || PyDict_SetItem(fields, name, value) < 0));
+        Py_XDECREF(name); Py_XDECREF(value);
+        if (bad) { Py_DECREF(fields); return NULL; }
+    }
+    PyObject *usec = PyLong_FromUnsignedLongLong(raw->usec), *out = NULL;
+    if (usec != NULL) {
+        PyObject *args[2] = {fields, usec};
+        out = PyObject_Vectorcall(other_of, args, 2, NULL);
+        Py_DECREF(usec);
+    }
+    Py_DECREF(fields);
+    if (out != NULL && !PyList_Check(out)) { Py_DECREF(out); PyErr_SetString(PyExc_TypeError, "other_entry: a list"); return NULL; }
+    return out;
+}
+
 PyObject *crashdoc_read_ahead(PyObject *reader, void *state, long limit, PyObject *stop, PyObject *processes,
                               long max_bytes, PyObject *line_of, PyObject *text_of, PyObject *first_of) {
     Ahead *a = state;
     sd_journal *j = ((SystemdReader *)reader)->j;
     Walk *w = &a->walk[a->next];
     if (!crashdoc_ahead_join(a)) {
-        if (walk_setup(w, j, limit, stop, processes, max_bytes) < 0) return NULL;
+        if (walk_setup(w, j, limit, stop, processes, max_bytes) < 0 || walk_names(w, a->names) < 0) return NULL;
         Py_BEGIN_ALLOW_THREADS
         walk_run(w);
         Py_END_ALLOW_THREADS
     }
     ahead_forget_position(a);
     if (w->oom) { walk_clear(w); return PyErr_NoMemory(); }
-    /* the next batch is walked while this one becomes lines */
-    if (w->status == LIMIT && ahead_start(a, 1 - a->next, j, limit, stop, processes, max_bytes) < 0) return NULL;
+    /* the next batch is walked while this one becomes lines; after a record of PID 1's, with no process known
+     * (Python forgets some while it reads this batch: each process's next line is then read as a first line) */
+    if (w->status == LIMIT) {
+        PyObject *known = w->forgot ? PyDict_New() : (Py_INCREF(processes), processes);
+        int started = known != NULL ? ahead_start(a, 1 - a->next, j, limit, stop, known, max_bytes) : -1;
+        Py_XDECREF(known);
+        if (started < 0) return NULL;
+    }
     PyObject *out = PyList_New(0);
     int failed = out == NULL;
     for (size_t i = 0; i < w->nraw && !failed; i++) {
         Raw *raw = &w->raw[i];
+        if (raw->first == 2) {
+            PyObject *found = other_entry(w, raw, a->other_of);
+            failed = found == NULL || PyList_SetSlice(out, PY_SSIZE_T_MAX, PY_SSIZE_T_MAX, found) < 0;
+            Py_XDECREF(found);
+            continue;
+        }
         if (raw->first >= 0) {
             PyObject *line = first_line(w, raw, processes, first_of);
             failed = line == NULL || (line != Py_None && PyList_Append(out, line) < 0);

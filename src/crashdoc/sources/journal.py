@@ -37,11 +37,12 @@ from crashdoc.sources.journal_batch import (
     Processes,
     line_of,
     message_text,
+    process_line,
     python_batch,
 )
 from crashdoc.sources.journal_files import JournalFiles, unreadable_journal_files
 from crashdoc.sources.journal_pages import MappedPages, release_journal_pages
-from crashdoc.sources.journal_records import coredump_record, optional, optional_raw, pid1_record
+from crashdoc.sources.journal_records import coredump_record, optional_raw, pid1_record
 from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
 from crashdoc.text import terminal_safe
 
@@ -171,8 +172,7 @@ class JournalSource:
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
             self._ahead = read_ahead(build_dir) if once and self._batch is not None else None
-            if self._ahead is not None:
-                self._ahead.first_line = self._walked_first_line
+        self._walked = WalkedEntries(self, self._ahead)
         self._names |= self._journal_names()
         self._match()
         self._pages.release()  # looking the names up mapped a window of every file
@@ -204,6 +204,8 @@ class JournalSource:
         little beside its records about units. `read()` checks each entry as before."""
         r = self.reader
         add = journal._Reader.add_match
+        if self._ahead is not None:  # a walk reading ahead keeps PID 1's records about these units for Python
+            self._ahead.names = tuple(self._names)
         r.flush_matches()
         for name in (*sorted(self._names), _INIT_SCOPE):
             add(r, b"_SYSTEMD_UNIT=" + name)
@@ -215,7 +217,7 @@ class JournalSource:
     def _rematch(self) -> None:
         """New matches, the reader staying where it is: the entry it is on (if any) stays the current
         one, so the next read goes on after it (changing the matches forgets the current entry)."""
-        self._settle()
+        self._walked.settle()
         r = self.reader
         try:
             here = r._get_cursor()
@@ -281,28 +283,20 @@ class JournalSource:
 
     # --- positioning ---------------------------------------------------------------------
 
-    def _settle(self) -> None:
-        """Before the reader is used outside read(): no walk may run beside it (`ReadAhead`), and what a walk
-        read past the events handed out is read again."""
-        back = self._ahead.drop() if self._ahead is not None else None
-        if back:
-            self.reader.seek_cursor(back)
-            self.reader._next()  # on the last entry handed out: reading goes on after it
-
     def seek_head(self) -> None:
-        self._settle()
+        self._walked.settle()
         self.reader.seek_head()
 
     def seek_tail(self) -> None:
         """Start after the newest entry: only what happens from now on."""
-        self._settle()
+        self._walked.settle()
         self.reader.seek_tail()
         self.reader._previous()  # libsystemd needs a step to settle on the tail
 
     def seek_since(self, when: datetime | float) -> None:
         if isinstance(when, int | float):
             when = datetime.fromtimestamp(when)
-        self._settle()
+        self._walked.settle()
         self.reader.seek_realtime(when)
 
     def seek_cursor(self, cursor: str) -> bool:
@@ -315,7 +309,7 @@ class JournalSource:
         entry written since, and the saved state with them.
         """
         self.cursor_gone = False
-        self._settle()
+        self._walked.settle()
         r = self.reader
         try:
             r.seek_cursor(cursor)
@@ -419,6 +413,12 @@ class JournalSource:
             stats.last_timestamp = max(stats.last_timestamp, self.newest_timestamp() or 0.0)
         return events
 
+    def start_reading(self, limit: int) -> None:
+        """Reading ahead (`once`, the C reader): walk the next `limit` entries now, in a thread, while the caller
+        prepares its first read() (`diagnose` loads its library); without it, nothing."""
+        if self._ahead is not None:
+            self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS)
+
     def _count_vacuumed(self) -> None:
         """Journal files went away (a vacuum) while reading was behind: count the entries after the
         position that went with them. Caught up, the reader had passed everything the files held
@@ -454,30 +454,8 @@ class JournalSource:
     def _first_line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
         """A line the batch readers stopped on: its process is new (its template is made and kept, and
         this line carries its command line), or it is read outside `read()` (`run_so_far`)."""
-        line = self._process_line(get, realtime, unit_raw)
+        line = process_line(self._processes, get, realtime, unit_raw, line_of)
         self.stats.lines += line is not None
-        return line
-
-    def _walked_first_line(self, fields: dict[str, bytes], usec: int, unit_raw: bytes) -> LogLine | None:
-        """A process's first line that a walk reading ahead kept (`ReadAhead`): what `_other_entry` makes of
-        it, from its fields (the line is counted with its batch)."""
-        if self._role(unit_raw) is None:
-            return None
-        return self._process_line(fields.__getitem__, lambda: usec, unit_raw)
-
-    def _process_line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
-        try:
-            message = get("MESSAGE")
-            pid_raw = get("_PID")
-        except KeyError:
-            return None
-        template = self._processes.get((unit_raw, pid_raw))
-        cmdline = ""
-        if template is None:
-            template = self._processes.template(get, unit_raw, pid_raw)
-            cmdline = optional(get, "_CMDLINE") or ""
-        line = line_of(template, message_text(message[:MAX_MESSAGE_CHARS]), realtime() / 1e6)
-        line.cmdline = cmdline
         return line
 
     def _kernel_record(self, get, realtime, events: list[Event] | None = None) -> LifecycleRecord | None:
@@ -537,7 +515,7 @@ class JournalSource:
         the files' headers (the position stays; a second reader over a 12-file journal cost 25 ms, and the
         daemon asks every second while behind): how far reading is behind what was written
         (crashdoc_journal_lag_seconds), and where a long read is between the two ends (diagnose's progress)."""
-        self._settle()
+        self._walked.settle()
         try:
             usec = self.reader._get_start() if oldest else self.reader._get_end()
         except OSError:
@@ -547,19 +525,19 @@ class JournalSource:
     # --- waiting -------------------------------------------------------------------------
 
     def fileno(self) -> int:
-        self._settle()
+        self._walked.settle()
         return self.reader.fileno()
 
     def process(self) -> int:
         """Acknowledge an inotify wake-up (rotation, new files, appends)."""
-        self._settle()
+        self._walked.settle()
         change = self.reader.process()
         if change == journal.INVALIDATE:  # files added or removed: a vacuum may have taken unread entries
             self._invalidated = True
         return change
 
     def close(self) -> None:
-        self._settle()
+        self._walked.settle()
         self.reader.close()
 
     def rewatch(self, rules: Sequence[WatchRule]) -> None:
@@ -568,7 +546,34 @@ class JournalSource:
         is shared with the engine and the D-Bus watcher, so it changes in place."""
         self.units.rules = tuple(rules)
         self.units.forget()
-        self._settle()
+        self._walked.settle()
         self._processes.clear()  # a process of a unit no longer watched must not be read on
         self._names = self._journal_names()
         self._rematch()
+
+
+class WalkedEntries:
+    """The entries a read-ahead walk (`ReadAhead`, `diagnose`) kept for Python, read with the source's rules
+    (`_other_entry`'s), and the walk's hold on the reader: `settle()` before the reader is used outside read()."""
+
+    def __init__(self, source: JournalSource, ahead: ReadAhead | None) -> None:
+        self.source, self.ahead = source, ahead
+        if ahead is not None:
+            ahead.first_line, ahead.other_entry = self.first_line, self.other_entry
+
+    def settle(self) -> None:
+        if self.ahead is not None:
+            self.ahead.settle(self.source.reader)
+
+    def first_line(self, fields: dict[str, bytes], usec: int, unit_raw: bytes) -> LogLine | None:
+        """A process's first line (counted with its batch)."""
+        source = self.source
+        if source._role(unit_raw) is None:
+            return None
+        return process_line(source._processes, fields.__getitem__, lambda: usec, unit_raw, line_of)
+
+    def other_entry(self, fields: dict[str, bytes], usec: int) -> list[Event]:
+        """PID 1's record, a core dump or a kernel line: the events it makes, in order."""
+        found: list[Event] = []
+        event = self.source._other_entry(fields.__getitem__, lambda: usec, found)
+        return [*found, event] if event is not None else found
