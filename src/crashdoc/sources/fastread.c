@@ -147,13 +147,18 @@ long crashdoc_reader_threshold(PyObject *reader) {
 /* ---- reading ahead: the next batch walked in a thread while Python handles this one ----------------------
  *
  * `diagnose` reads the journal and runs the engine one after the other: on two CPUs the walk (libsystemd,
- * no Python object) can go on beside the engine. crashdoc_read_ahead() returns the batch a thread read
- * since the last call (or reads one now) and, when that batch ended on its limit, starts the thread on the
- * next before building this one's lines. The thread touches the sd_journal and its own buffers only, never a
- * Python object: it checks each entry's process against a copy of `processes` taken when it started (Python
- * changes `processes` only on the entries a batch stops on, and no thread runs then), and keeps the raw
- * messages; the lines are built with the GIL, by line_of and text_of as crashdoc_read_batch builds them. While
- * a thread runs nobody else may use the sd_journal: sources/fastread.py's ReadAhead joins it first. */
+ * no Python object) can go on beside the engine. crashdoc_read_ahead() returns the batch the worker thread
+ * walked since the last call (or walks one now) and, when that batch ended on its limit, hands the worker the
+ * next before building this one's lines. The worker touches the sd_journal and its own buffers only, never a
+ * Python object: it checks each entry's process against a copy of `processes` taken when the walk started,
+ * keeps the raw messages, and keeps whole what Python reads with its own rules (a process's first line: its
+ * unit, PID, invocation and command line; PID 1's records, core dumps, kernel lines: every field). The lines
+ * are built with the GIL, by line_of and text_of as crashdoc_read_batch builds them, and the entries kept whole
+ * by Python (ReadAhead.first_line, ReadAhead.other_entry), in order. A record of PID 1's may make Python forget
+ * processes: after one, the walk (and the next one) reads each process's next line as a first line, which
+ * Python reads with the template it has, or makes a new one. A walk stops where Python must read the journal
+ * itself (a record of PID 1's about a unit not matched yet: Python matches it from there on). While a walk
+ * runs nobody else may use the sd_journal: sources/fastread.py's ReadAhead waits for it first. */
 #include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -308,7 +313,7 @@ static int arena_put(Walk *w, const char *d, size_t n, size_t *off) {
     return 0;
 }
 
-/* without the GIL: crashdoc_read_batch's walk, step for step, keeping raw messages */
+/* without the GIL: crashdoc_read_batch's walk, keeping raw messages and what Python reads with its own rules */
 static int raw_add(Walk *w, const Raw *raw) {
     if (w->nraw == w->raw_cap) {
         size_t cap = w->raw_cap ? w->raw_cap * 2 : 512;

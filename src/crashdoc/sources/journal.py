@@ -349,8 +349,9 @@ class JournalSource:
         already seen (their template is in `_processes`) and stops on every other entry (a process's
         first line, PID 1's records, core dumps, kernel lines): those are read here, with their own
         rules, and the batch goes on after them. In `once` mode the C reader walks the next batch while the caller
-        works (`ReadAhead`): one batch a call, ended by the first entry read with its own rules, and walked
-        while the caller handled the last call's events (with that call's `limit`)."""
+        works (`ReadAhead`, which keeps those entries for `WalkedEntries`): one batch a call, walked while the
+        caller handled the last call's events (with that call's `limit`), ended early only where the reader must
+        be read here (PID 1 naming a unit not matched yet)."""
         if self._invalidated:
             self._invalidated = False
             self._count_vacuumed()
