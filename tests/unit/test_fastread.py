@@ -89,6 +89,7 @@ def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tm
         for i in range(400):
             entries.append(line(f"Decode batch {run}-{i}", pid=str(100 + run * 10 + i % 3), unit=unit))
         entries.append(pid1("Main process exited, code=exited, status=1/FAILURE", unit=unit))
+        entries.append(pid1("Started nginx.service.", unit="nginx.service"))  # a unit not watched: ends a walk
     write_journal(tmp_path, entries)
     units = UnitFilter((WatchRule("sglang*.service"),))
 
