@@ -80,9 +80,10 @@ def test_the_daemon_says_once_why_it_reads_with_systemd_python(tmp_path: Path, m
 
 
 def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tmp_path: Path) -> None:
-    """`diagnose` reads ahead (the next batch walked in a thread while the engine works): the same events, in
-    order, and the same cursor after each read as the daemon's reader; placing the reader or asking it
-    anything in between waits for the walk and goes back to the last entry handed out."""
+    """`diagnose`, and the daemon while it catches up, read ahead (the next batch walked in a thread while the
+    engine works): the same events, in order, and the same cursor after each read as the reader of a daemon
+    that caught up (the plain batch reader); placing the reader or asking it anything in between waits for the
+    walk and goes back to the last entry handed out."""
     unit = "sglang-decode.service"
     entries = []
     for run in range(3):  # each run: new processes (their first lines stop a batch), then PID 1's records
@@ -99,6 +100,7 @@ def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tm
         return s
 
     ahead, turn = source(True), source(False)
+    turn._following = True  # a daemon that caught up: the plain batch reader
     if ahead._ahead is None:
         pytest.skip(f"the C batch reader cannot be built here: {ahead.fast_reader}")
     got: list[object] = []
@@ -115,3 +117,23 @@ def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tm
     while not ahead.at_end:
         got += ahead.read(150)
     assert got == expected and len([e for e in got if isinstance(e, LogLine)]) == 1_200
+
+
+def test_the_daemon_reads_ahead_while_it_catches_up_and_reads_in_turn_once_caught_up(tmp_path: Path) -> None:
+    """The daemon's reader walks ahead through a backlog, stops walking at the journal's end, and follows what
+    is written next with the plain batch reader (no walk holds the reader between two wake-ups)."""
+    unit = "sglang-decode.service"
+    write_journal(tmp_path, [line(f"Decode batch {i}", pid="100", unit=unit) for i in range(1_000)])
+    source = JournalSource(
+        UnitFilter((WatchRule("sglang*.service"),)), directory=str(tmp_path), build_dir=tmp_path / "build"
+    )
+    if source._ahead is None:
+        pytest.skip(f"the C batch reader cannot be built here: {source.fast_reader}")
+    source.seek_head()
+    got = source.read(300)
+    assert source._ahead.position() is not None  # behind: the next batch is walked while the caller works
+    while not source.at_end:
+        got += source.read(300)
+    assert [e.text for e in got if isinstance(e, LogLine)] == [f"Decode batch {i}" for i in range(1_000)]
+    assert source._ahead.position() is None  # at the end: no walk goes on
+    assert source.read(300) == [] and source.at_end and source._ahead.position() is None

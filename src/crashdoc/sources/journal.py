@@ -165,13 +165,16 @@ class JournalSource:
         self._gpu_lines: KernelGpuReader | None = None
         self.driver_loaded = False  # a GPU event said the NVIDIA driver loaded: the host's GPUs may have changed
         self._batch: BatchReader | None = None
-        self._ahead: ReadAhead | None = None  # `once`: read() walks the next batch while the caller works
+        # the C reader: read() walks the next batch while the caller works, to the journal's end (`diagnose`), or
+        # while the daemon catches up; once caught up (`_following`) the daemon reads with the plain batch reader
+        self._ahead: ReadAhead | None = None
+        self._once, self._following = once, False
         self.fast_reader = "not asked for (no folder to build it in)"  # "" when the C reader reads
         if build_dir is not None:
             from crashdoc.sources.fastread import batch_reader, read_ahead
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
-            self._ahead = read_ahead(build_dir) if once and self._batch is not None else None
+            self._ahead = read_ahead(build_dir) if self._batch is not None else None
         self._walked = WalkedEntries(self, self._ahead)
         self._names |= self._journal_names()
         self._match()
@@ -348,14 +351,17 @@ class JournalSource:
         The hot path of the daemon and of `diagnose`. A batch reader returns the lines of processes
         already seen (their template is in `_processes`) and stops on every other entry (a process's
         first line, PID 1's records, core dumps, kernel lines): those are read here, with their own
-        rules, and the batch goes on after them. In `once` mode the C reader walks the next batch while the caller
+        rules, and the batch goes on after them. Until the journal's end (`diagnose`: always; the daemon: while it
+        catches up, then it follows with the plain batch reader) the C reader walks the next batch while the caller
         works (`ReadAhead`, which keeps those entries for `WalkedEntries`): one batch a call, walked while the
         caller handled the last call's events (with that call's `limit`), ended early only where the reader must
-        be read here (PID 1 naming a unit not matched yet)."""
+        be read here (PID 1 naming a unit not matched yet). A walk never goes on past the end: once there, the
+        reader is the caller's (cursor saves, rotation, vacuum) as without one."""
         if self._invalidated:
             self._invalidated = False
             self._count_vacuumed()
-        batch = self._ahead or self._batch or python_batch
+        ahead = None if self._following else self._ahead
+        batch = ahead or self._batch or python_batch
         r = self.reader
         processes = self._processes
         stats = self.stats
@@ -363,7 +369,7 @@ class JournalSource:
         stepped = lines = 0
         self.at_end = False
         # reading ahead, a batch is what the caller handles next (the walk goes on while the caller works)
-        chunk = limit if self._ahead is not None else TRIM_CHECK_EVERY
+        chunk = limit if ahead is not None else TRIM_CHECK_EVERY
         while stepped < limit:
             entries, status, n, errors = batch(
                 r,
@@ -389,11 +395,12 @@ class JournalSource:
                     event = None
                 if event is not None:
                     events.append(event)
-                if self._ahead is not None:  # the caller handles these while the next batch is walked
-                    self._ahead.start(r, limit, _STOP_BATCH, processes, MAX_MESSAGE_CHARS)
+                if ahead is not None:  # the caller handles these while the next batch is walked
+                    ahead.start(r, limit, _STOP_BATCH, processes, MAX_MESSAGE_CHARS)
                     break
             elif status == AT_END:
                 self.at_end = True
+                self._following = not self._once  # the daemon caught up: no walk from here on
                 break
             elif status < 0:
                 stats.errors += 1
@@ -405,9 +412,9 @@ class JournalSource:
         if stepped:
             stats.entries += stepped
             self._pages.bound(self.at_end)
-            ahead = self._ahead.position() if self._ahead is not None else None
+            walked = ahead.position() if ahead is not None else None
             try:  # a walk reading ahead owns the reader: it said where the events handed out end
-                self._cursor, stats.last_timestamp = ahead or (r._get_cursor(), r._get_realtime() / 1e6)
+                self._cursor, stats.last_timestamp = walked or (r._get_cursor(), r._get_realtime() / 1e6)
             except OSError:
                 pass
         if self.at_end:  # everything written was passed, what the matches skipped included
