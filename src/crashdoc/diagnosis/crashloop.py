@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Run
 from crashdoc.events import Thresholds
+
+if TYPE_CHECKING:  # the judgment is imported where a run failed: a healthy log never needs it
+    from crashdoc.diagnosis.rootcause import Finding
 
 KEEP_CRASHES = 200  # crashes remembered per unit (for the dominant root cause)
 KEEP_TRACEBACKS = 5  # of which the latest keep their full traceback

@@ -32,9 +32,9 @@ from crashdoc.assembly.markers import (
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
+from crashdoc.diagnosis.lone import judge_lone
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.diagnosis.reporting import Reporter
-from crashdoc.diagnosis.rootcause import judge_lone
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts

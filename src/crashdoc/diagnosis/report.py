@@ -10,11 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.diagnosis.category import failure_kind
 from crashdoc.diagnosis.configchange import ConfigChange
-from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.views import RunView
 from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause, UnitState
 from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
@@ -25,6 +24,9 @@ from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
 from crashdoc.text import LazyPattern
 
+if TYPE_CHECKING:  # the judgment is imported once something failed (a healthy log never needs it)
+    from crashdoc.diagnosis.rootcause import Finding
+
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6
 _FLAG_NAME = LazyPattern(r"(?<![\w-])--[a-z][a-z0-9]*(?:-[a-z0-9]+)*")
@@ -33,7 +35,7 @@ _UNSET = ("", "None", "False", "false", "[]", "{}")
 
 # Computes a signature's action from the run's own numbers (remedy.actions): may replace the fix's changes and
 # summary and say why. Pure: no I/O (the command, diff and checks come later, from the remedy stage).
-FixRefiner = Callable[[Finding, "UnitContext", Fix], None]
+FixRefiner = Callable[["Finding", "UnitContext", Fix], None]
 
 
 @dataclass(slots=True)
@@ -60,6 +62,8 @@ class DiagnosisBuilder:
     def build(
         self, finding: Finding, ctx: UnitContext, library: Library, crashes: int = 1, confidence: float = 1.0
     ) -> Diagnosis:
+        from crashdoc.diagnosis.category import failure_kind
+
         sig = library.get(finding.signature_id) if finding.signature_id else None
         captures = dict(finding.match.captures) if finding.match else {}
         derived = finding.derived if sig is None else None

@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
 from crashdoc.diagnosis.configchange import correlate
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
-from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause, traceback_finding
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.views import RunView, run_view
 from crashdoc.events import BAD_REQUEST, Diagnosis
 from crashdoc.matching.matcher import Facts, Matcher
+
+if TYPE_CHECKING:  # the judgment is imported where a run failed: a healthy log never needs it
+    from crashdoc.diagnosis.rootcause import Finding
 
 # (release, where it came from) when no option, log line or interpreter says
 NO_RELEASE = ("", "")
@@ -132,10 +135,13 @@ class Reporter:
     def crash_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
         """One diagnosis per distinct root cause among the unit's crashed runs (no loop)."""
         groups: dict[str, tuple[Finding, Run, int]] = {}
+        crashed = [r for r in rec.runs.values() if r.crashed and (r.ended or r.ended_by_input)]
+        if not crashed:
+            return []
+        from crashdoc.diagnosis.rootcause import root_cause  # a run crashed: the judgment's first use
+
         matcher = self.matcher()
-        for run in rec.runs.values():
-            if not run.crashed or (not run.ended and not run.ended_by_input):
-                continue
+        for run in crashed:
             finding = root_cause(run, matcher, self.facts(rec, run))
             if finding is None:
                 continue
@@ -165,9 +171,14 @@ class Reporter:
 
     def _line_groups(self, rec: UnitRecord, critical: bool) -> list[tuple[Finding, Run, int]]:
         """The unit's line findings of one severity class, one per signature: (finding, its run, times seen)."""
-        matcher = self.matcher()
         found: dict[str, tuple[Finding, Run, int]] = {}
-        for run in rec.runs.values():
+        runs = [run for run in rec.runs.values() if run.line_hits]
+        if not runs:
+            return []
+        from crashdoc.diagnosis.rootcause import line_findings
+
+        matcher = self.matcher()
+        for run in runs:
             for finding in line_findings(run, matcher):
                 sig = matcher.library.get(finding.match.signature_id) if finding.match is not None else None
                 is_critical = sig is not None and sig.severity == "critical"
@@ -194,6 +205,8 @@ class Reporter:
                 first, _, count, who = groups.get(key, (h, run, 0, []))
                 who.extend(p for p in h.processes if p not in who)
                 groups[key] = (first, run, count + h.count, who)
+        if groups:
+            from crashdoc.diagnosis.rootcause import traceback_finding
         for h, run, count, who in groups.values():
             finding = traceback_finding(h.traceback, matcher, self.facts(rec, run))
             finding.processes = who[:16]

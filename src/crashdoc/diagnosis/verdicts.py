@@ -5,10 +5,8 @@ ends a loop. Each decision that others act on becomes an `EngineEvent` in the ou
 
 from __future__ import annotations
 
-from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
 from crashdoc.diagnosis.crashloop import LoopState, Transition
 from crashdoc.diagnosis.reporting import Reporter
-from crashdoc.diagnosis.rootcause import root_cause, traceback_finding
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.views import EngineEvent
@@ -57,6 +55,8 @@ class Verdicts:
         rec.pending_end = None
         if not run.crashed:
             return
+        from crashdoc.diagnosis.rootcause import root_cause  # a run crashed: the judgment's first use
+
         reporter = self.reporter
         finding = root_cause(run, reporter.matcher(), reporter.facts(rec, run))
         at = run.ended_at or run.last_line_at or now
@@ -83,6 +83,8 @@ class Verdicts:
         crash = next((c for c in reversed(rec.loop.crashes) if c.invocation == run.id), None)
         if crash is None:
             return
+        from crashdoc.diagnosis.rootcause import root_cause
+
         finding = root_cause(run, self.reporter.matcher(), self.reporter.facts(rec, run))
         if finding is None or (crash.finding is not None and crash.finding.fingerprint == finding.fingerprint):
             return
@@ -92,6 +94,11 @@ class Verdicts:
 
     def count_handled(self, rec: UnitRecord, run: Run, handled: list[Handled]) -> None:
         """Tracebacks the run survived: counted by kind of failure, never a crash."""
+        if not handled:
+            return
+        from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
+        from crashdoc.diagnosis.rootcause import traceback_finding
+
         for entry in handled:
             if not entry.kind:
                 if entry.kept:  # matched once per distinct error: a flood of the same warning costs a lookup

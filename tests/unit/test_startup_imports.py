@@ -1,0 +1,76 @@
+"""What `crashdoc explain` of a healthy one-line log imports: only what reading, matching and the engine's step
+need. The judgment (root cause, categories), the remedy, the daemon and the outputs it does not print are
+imported at their first use, so that a log without a failure starts fast (issue 26: bench/startup.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HEALTHY = "[2026-12-01 10:00:00 TP0] Decode batch, #running-req: 12, #token: 40312, token usage: 0.21\n"
+FAILED = (
+    "[2026-12-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/sglang/srt/managers/scheduler.py", line 10, in run\n'
+    "    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+)
+
+# Run in a child: the modules `explain` left in sys.modules, after what it printed.
+_CHILD = """
+import json, runpy, sys
+sys.argv = ["crashdoc", "explain", sys.argv[1]]
+try:
+    runpy.run_module("crashdoc", run_name="__main__")
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("crashdoc", "shutil", "hashlib"))))
+"""
+
+# Never imported by explain of a healthy log (a prefix names a package and what is under it)
+NOT_FOR_A_HEALTHY_LOG = (
+    "crashdoc.diagnosis.rootcause",
+    "crashdoc.diagnosis.category",
+    "crashdoc.diagnosis.snapshot",
+    "crashdoc.diagnosis.gpustate",
+    "crashdoc.remedy",
+    "crashdoc.runtime",
+    "crashdoc.config",
+    "crashdoc.outputs.metrics",
+    "crashdoc.outputs.http",
+    "crashdoc.sources.journal",
+    "crashdoc.authoring",
+    "crashdoc.sandbox",
+)
+
+
+def _explain_imports(tmp_path: Path, text: str) -> tuple[str, list[str]]:
+    log = tmp_path / "one.log"
+    log.write_text(text)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    out = subprocess.run(
+        [sys.executable, "-c", _CHILD, str(log)], capture_output=True, text=True, env=env, check=True, timeout=120
+    )
+    said, _, modules = out.stdout.rstrip("\n").rpartition("\n")
+    return said, json.loads(modules)
+
+
+def _imported(modules: list[str], prefix: str) -> list[str]:
+    return [m for m in modules if m == prefix or m.startswith(prefix + ".")]
+
+
+def test_explain_of_a_healthy_line_imports_no_judgment_remedy_or_daemon(tmp_path: Path) -> None:
+    said, modules = _explain_imports(tmp_path, HEALTHY)
+    assert said == "No failure found."
+    assert "crashdoc.diagnosis.engine" in modules  # the child did run explain's engine
+    imported = {prefix: _imported(modules, prefix) for prefix in NOT_FOR_A_HEALTHY_LOG}
+    assert not any(imported.values()), {k: v for k, v in imported.items() if v}
+
+
+def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None:
+    said, modules = _explain_imports(tmp_path, FAILED)
+    assert "illegal memory access" in said
+    assert "crashdoc.diagnosis.rootcause" in modules
+    assert "crashdoc.diagnosis.category" in modules
