@@ -35,6 +35,7 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.category",
     "crashdoc.diagnosis.snapshot",
     "crashdoc.diagnosis.gpustate",
+    "crashdoc.gpu_events",
     "crashdoc.remedy",
     "crashdoc.runtime",
     "crashdoc.config",
@@ -74,3 +75,14 @@ def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None
     assert "illegal memory access" in said
     assert "crashdoc.diagnosis.rootcause" in modules
     assert "crashdoc.diagnosis.category" in modules
+
+
+def test_the_gpu_records_keep_their_names_in_events() -> None:
+    """`crashdoc.events` names the GPU paths' records too, the same classes, imported at their first use."""
+    code = (
+        "import sys, crashdoc.events as e; before = 'crashdoc.gpu_events' in sys.modules; "
+        "from crashdoc.events import GpuEvent, HostGpus; import crashdoc.gpu_events as g; "
+        "print(before, GpuEvent is g.GpuEvent and HostGpus is g.HostGpus, hasattr(e, 'NoSuchRecord'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["False", "True", "False"]

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from crashdoc.assembly.markers import (
     SERVING_LITERALS,
@@ -41,21 +41,19 @@ from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
 from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
 from crashdoc.events import (
     Diagnosis,
-    GpuEvent,
-    HostGpus,
     LaunchFacts,
     Lifecycle,
     LifecycleRecord,
     LogLine,
     Thresholds,
     Traceback,
-    UnitDevices,
     UnitState,
 )
 from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:  # made on the first GPU input: `explain` without kernel lines loads none of it
     from crashdoc.diagnosis.gpustate import GpuRecord
+    from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
 
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
@@ -121,6 +119,8 @@ class Engine:
     def on_gpu(self, event: GpuEvent | HostGpus | UnitDevices) -> None:
         """A GPU fault the kernel logged (any process's: it is joined with the units here), or what the runtime read
         of the GPUs: the host's, or a unit's CUDA_VISIBLE_DEVICES."""
+        from crashdoc.gpu_events import GpuEvent, UnitDevices
+
         gpu = self._gpu_record()
         if not isinstance(event, GpuEvent):
             if isinstance(event, UnitDevices) and self._record(event.unit) is None:
@@ -578,7 +578,7 @@ def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
         run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from
 
 
-FeedEvent = LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices
+FeedEvent: TypeAlias = "LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices"
 
 
 def feed(engine: Engine, events: Iterable[FeedEvent]) -> None:
