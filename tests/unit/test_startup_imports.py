@@ -35,6 +35,7 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.category",
     "crashdoc.diagnosis.snapshot",
     "crashdoc.diagnosis.gpustate",
+    "crashdoc.diagnosis.views",
     "crashdoc.gpu_events",
     "crashdoc.remedy",
     "crashdoc.runtime",

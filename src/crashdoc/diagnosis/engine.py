@@ -38,7 +38,6 @@ from crashdoc.diagnosis.reporting import Reporter
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
-from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
 from crashdoc.events import (
     Diagnosis,
     LaunchFacts,
@@ -53,6 +52,7 @@ from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:  # made on the first GPU input: `explain` without kernel lines loads none of it
     from crashdoc.diagnosis.gpustate import GpuRecord
+    from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
     from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
 
 MAX_INVOCATIONS = 16
@@ -205,7 +205,7 @@ class Engine:
             sig = matcher.library.get(match.signature_id)
             if sig is not None and sig.severity != "critical":
                 rec.line_failures[match.signature_id] += 1
-                self.verdicts.events.append(EngineEvent("line-failure", rec.name, line.timestamp))
+                self.verdicts.publish("line-failure", rec.name, line.timestamp)
 
     def on_lifecycle(self, record: LifecycleRecord) -> None:
         rec = self._record(record.unit)

@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING
 
 from crashdoc.assembly.traceback import FATAL_TYPE
 from crashdoc.diagnosis.configchange import ConfigChange
-from crashdoc.diagnosis.views import RunView
 from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause, UnitState
 from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
 from crashdoc.matching.derived import DerivedMatch, release_range
@@ -26,6 +25,7 @@ from crashdoc.text import LazyPattern
 
 if TYPE_CHECKING:  # the judgment is imported once something failed (a healthy log never needs it)
     from crashdoc.diagnosis.rootcause import Finding
+    from crashdoc.diagnosis.views import RunView
 
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6

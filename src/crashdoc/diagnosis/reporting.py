@@ -15,12 +15,12 @@ from crashdoc.diagnosis.configchange import correlate
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
-from crashdoc.diagnosis.views import RunView, run_view
 from crashdoc.events import BAD_REQUEST, Diagnosis
 from crashdoc.matching.matcher import Facts, Matcher
 
 if TYPE_CHECKING:  # the judgment is imported where a run failed: a healthy log never needs it
     from crashdoc.diagnosis.rootcause import Finding
+    from crashdoc.diagnosis.views import RunView
 
 # (release, where it came from) when no option, log line or interpreter says
 NO_RELEASE = ("", "")
@@ -75,6 +75,8 @@ class Reporter:
         )
 
     def run_view(self, run: Run) -> RunView:
+        from crashdoc.diagnosis.views import run_view  # made when asked for (a healthy paste asks for none)
+
         return run_view(run, self.flags(run))
 
     def context(self, rec: UnitRecord, run: Run | None) -> UnitContext:

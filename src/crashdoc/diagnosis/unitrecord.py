@@ -8,12 +8,15 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.run import Handled, Run
-from crashdoc.diagnosis.views import UnitView
 from crashdoc.events import Diagnosis, LaunchFacts, UnitState
+
+if TYPE_CHECKING:  # the views are made when asked for: `explain` of a healthy log makes none
+    from crashdoc.diagnosis.views import UnitView
 
 MAX_LAUNCHES = 8  # commands whose launch facts a unit keeps (its ExecStart, the argv its processes logged)
 
@@ -61,6 +64,8 @@ class UnitRecord:
             del self.launches[next(iter(self.launches))]
 
     def view(self) -> UnitView:
+        from crashdoc.diagnosis.views import UnitView
+
         loop = self.loop
         return UnitView(
             name=self.name,

@@ -5,12 +5,16 @@ ends a loop. Each decision that others act on becomes an `EngineEvent` in the ou
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from crashdoc.diagnosis.crashloop import LoopState, Transition
 from crashdoc.diagnosis.reporting import Reporter
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
-from crashdoc.diagnosis.views import EngineEvent
-from crashdoc.events import HARDWARE, Thresholds
+from crashdoc.events import HARDWARE, Diagnosis, Thresholds
+
+if TYPE_CHECKING:  # the views are made when asked for: `explain` of a healthy log makes none
+    from crashdoc.diagnosis.views import EngineEvent
 
 SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
 
@@ -19,6 +23,12 @@ class Verdicts:
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
         self.events: list[EngineEvent] = []  # decided, not yet handed out (the outbox a snapshot keeps)
+
+    def publish(self, kind: str, unit: str, at: float, diagnosis: Diagnosis | None = None) -> None:
+        """An event into the outbox (`views` imported at the first: a healthy pasted log decides none)."""
+        from crashdoc.diagnosis.views import EngineEvent
+
+        self.events.append(EngineEvent(kind, unit, at, diagnosis))
 
     def judge(self, rec: UnitRecord, now: float) -> None:
         """The verdicts a unit's lines left due, in the order they arose: a run that ended before a newer one
@@ -70,7 +80,7 @@ class Verdicts:
         rec.loop.crashes[-1].hardware = hardware  # a GPU fault caused it: counted and grouped as such
         key = hardware or (finding.signature_id if finding is not None and finding.signature_id else "unknown")
         rec.crashes_by_signature[key] += 1
-        self.events.append(EngineEvent("crash", rec.name, at, crash_diagnosis))
+        self.publish("crash", rec.name, at, crash_diagnosis)
         self.transition(rec, transition)
         if rec.loop.looping and transition is None:
             self.refresh(rec, "loop-updated", now)
@@ -138,7 +148,7 @@ class Verdicts:
             rec.last_diagnosis = rec.diagnosis or rec.last_diagnosis
             rec.diagnosis = None
             kind = "recovered" if new is LoopState.RECOVERED else "stopped"
-            self.events.append(EngineEvent(kind, rec.name, transition.at, rec.last_diagnosis))
+            self.publish(kind, rec.name, transition.at, rec.last_diagnosis)
 
     def refresh(self, rec: UnitRecord, kind: str, at: float) -> None:
         """The loop's diagnosis made again; an event unless it is an update that changes nothing."""
@@ -149,4 +159,4 @@ class Verdicts:
         )
         rec.diagnosis = diagnosis
         if kind != "loop-updated" or changed:
-            self.events.append(EngineEvent(kind, rec.name, at, diagnosis))
+            self.publish(kind, rec.name, at, diagnosis)
