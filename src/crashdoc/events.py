@@ -14,22 +14,31 @@ from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
+    from crashdoc.diagnosis_records import Diagnosis as Diagnosis
+    from crashdoc.diagnosis_records import Fix as Fix
+    from crashdoc.diagnosis_records import FixTarget as FixTarget
+    from crashdoc.diagnosis_records import RootCause as RootCause
     from crashdoc.gpu_events import GpuEvent as GpuEvent
     from crashdoc.gpu_events import GpuInfo as GpuInfo
     from crashdoc.gpu_events import GpuMap as GpuMap
     from crashdoc.gpu_events import HostGpus as HostGpus
     from crashdoc.gpu_events import UnitDevices as UnitDevices
 
-# The GPU paths' records (crashdoc.gpu_events), named here too and imported at their first use: a log without
-# kernel lines never builds their classes (issue 26: `explain` of one line).
-_GPU_RECORDS = frozenset({"GpuEvent", "GpuInfo", "GpuMap", "HostGpus", "UnitDevices"})
+# Records only some paths make, named here too and imported at their first use (issue 26: `explain` of one line):
+# a log without kernel lines never builds the GPU paths' classes (crashdoc.gpu_events), one without a failure
+# never builds a diagnosis's (crashdoc.diagnosis_records).
+_ELSEWHERE = {
+    **dict.fromkeys(("GpuEvent", "GpuInfo", "GpuMap", "HostGpus", "UnitDevices"), "crashdoc.gpu_events"),
+    **dict.fromkeys(("Diagnosis", "Fix", "FixTarget", "RootCause"), "crashdoc.diagnosis_records"),
+}
 
 
 def __getattr__(name: str) -> Any:
-    if name in _GPU_RECORDS:
-        from crashdoc import gpu_events
+    module = _ELSEWHERE.get(name)
+    if module is not None:
+        import importlib
 
-        return getattr(gpu_events, name)
+        return getattr(importlib.import_module(module), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
@@ -236,28 +245,6 @@ class Match:
 # --- diagnosis -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class FixTarget:
-    """What a diagnosis's changes are applied to, as the engine saw it: the remedy stage (outside the
-    engine) reads the launch script, /proc and /sys, and runs SGLang's checks, from these."""
-
-    cmdline: tuple[str, ...] = ()  # the run's command: D-Bus's ExecStart, or the argv journald logged
-    exec_start: tuple[str, ...] = ()  # D-Bus's ExecStart alone: the only command crashdoc runs a check with
-    drop_in_paths: tuple[str, ...] = ()
-    numa_policy: str = ""
-    numa_mask: str = ""
-    cpu_affinity: str = ""
-    safety: str = ""  # the signature's `fix.safety` check ("" for none)
-    kv_cache: tuple[tuple[int, str], ...] = ()  # (PID, text) of the run's "KV Cache is allocated" lines
-
-
-@dataclass(slots=True)
-class RootCause:
-    type: str
-    message: str
-    line: str
-
-
 @dataclass(slots=True)
 class FlagChange:
     action: str  # replace, remove, add, set
@@ -267,49 +254,3 @@ class FlagChange:
     # the value is the operator's to choose (`<head-node-host>:<port>`): shown in the corrected command,
     # never written into a file, so no apply command is offered until it is filled in
     placeholder: bool = False
-
-
-@dataclass(slots=True)
-class Fix:
-    summary: str
-    changes: list[FlagChange] = field(default_factory=list)
-    command: str | None = None  # the corrected command line, secrets redacted
-    diff: str | None = None  # unified diff of the file to edit (script or drop-in)
-    apply: list[str] = field(default_factory=list)  # commands a human runs to apply it
-    rollback: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # safety check results
-    why: list[str] = field(default_factory=list)  # how a computed value follows from the run's own numbers
-    verified: str | None = None  # what SGLang's own argument checks said of the corrected command (None: not tried)
-
-
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
-    """One failure as an on-call engineer reads it. Its `fix` holds the changes (flag, value); the remedy
-    stage adds the command, diff and checks for `target`, and hands on a copy."""
-
-    unit: str
-    signature: str | None
-    title: str
-    category: str
-    severity: str
-    root_cause: RootCause
-    flags: list[str]
-    fix: Fix
-    fingerprint: str
-    evidence: list[str] = field(default_factory=list)
-    restarts: int | None = None
-    invocation: str = ""
-    captures: dict[str, str] = field(default_factory=dict)
-    confidence: float = 1.0
-    crashes: int = 1
-    exit: str | None = None  # "killed by SIGKILL", "exit status 1"
-    timestamp: float = 0.0
-    config_change: dict[str, object] | None = None  # the edit that started the loop, with the flag diff
-    derived: bool = False  # answered by a signature derived from SGLang's source, not a reviewed one
-    subsystem: str = ""  # which part of SGLang failed (the same value as `category`, kept for compatibility)
-    kind: str = ""  # what kind of failure: one of KINDS, or HARDWARE (a GPU fault: diagnosis.hardware decides it)
-    handled: str = ""  # for a warning: why the traceback did not end the process ("" for a failure)
-    sglang_release: str | None = None  # the SGLang release the unit runs, when known (JSON: sglang_version)
-    sglang_release_from: str | None = None  # how crashdoc knows it: the interpreter's files, the log, an option
-    version_note: str | None = None  # the matched check exists only in other releases than the unit's
-    target: FixTarget | None = None  # None: written by a crashdoc that applied fixes in the engine (final)

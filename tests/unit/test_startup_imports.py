@@ -37,6 +37,7 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.gpustate",
     "crashdoc.diagnosis.views",
     "crashdoc.gpu_events",
+    "crashdoc.diagnosis_records",
     "crashdoc.remedy",
     "crashdoc.runtime",
     "crashdoc.config",
@@ -80,12 +81,16 @@ def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None
     assert "crashdoc.diagnosis.category" in modules
 
 
-def test_the_gpu_records_keep_their_names_in_events() -> None:
-    """`crashdoc.events` names the GPU paths' records too, the same classes, imported at their first use."""
+def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
+    """`crashdoc.events` names the GPU paths' records and a diagnosis's too, the same classes, imported at their
+    first use (a state pickled by crashdoc 0.1.0 names `crashdoc.events.Diagnosis`)."""
     code = (
-        "import sys, crashdoc.events as e; before = 'crashdoc.gpu_events' in sys.modules; "
-        "from crashdoc.events import GpuEvent, HostGpus; import crashdoc.gpu_events as g; "
-        "print(before, GpuEvent is g.GpuEvent and HostGpus is g.HostGpus, hasattr(e, 'NoSuchRecord'))"
+        "import sys, crashdoc.events as e\n"
+        "before = [m in sys.modules for m in ('crashdoc.gpu_events', 'crashdoc.diagnosis_records')]\n"
+        "from crashdoc.events import Diagnosis, Fix, GpuEvent, HostGpus\n"
+        "import crashdoc.diagnosis_records as d, crashdoc.gpu_events as g\n"
+        "same = GpuEvent is g.GpuEvent and HostGpus is g.HostGpus and Diagnosis is d.Diagnosis and Fix is d.Fix\n"
+        "print(*before, same, hasattr(e, 'NoSuchRecord'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.split() == ["False", "True", "False"]
+    assert out.stdout.split() == ["False", "False", "True", "False"]

@@ -39,7 +39,6 @@ from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
 from crashdoc.events import (
-    Diagnosis,
     LaunchFacts,
     Lifecycle,
     LifecycleRecord,
@@ -53,6 +52,7 @@ from crashdoc.matching.matcher import Matcher
 if TYPE_CHECKING:  # made on the first GPU input: `explain` without kernel lines loads none of it
     from crashdoc.diagnosis.gpustate import GpuRecord
     from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
+    from crashdoc.diagnosis_records import Diagnosis
     from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
 
 MAX_INVOCATIONS = 16

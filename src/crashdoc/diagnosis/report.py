@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 
 from crashdoc.assembly.traceback import FATAL_TYPE
 from crashdoc.diagnosis.configchange import ConfigChange
-from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause, UnitState
+from crashdoc.events import FlagChange, UnitState
 from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
 from crashdoc.matching.derived import DerivedMatch, release_range
 from crashdoc.matching.flagnames import canonical
@@ -23,9 +23,10 @@ from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
 from crashdoc.text import LazyPattern
 
-if TYPE_CHECKING:  # the judgment is imported once something failed (a healthy log never needs it)
+if TYPE_CHECKING:  # the judgment and a diagnosis's records are imported once something failed (a healthy log never)
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.diagnosis.views import RunView
+    from crashdoc.diagnosis_records import Diagnosis, Fix, FixTarget
 
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6
@@ -35,7 +36,7 @@ _UNSET = ("", "None", "False", "false", "[]", "{}")
 
 # Computes a signature's action from the run's own numbers (remedy.actions): may replace the fix's changes and
 # summary and say why. Pure: no I/O (the command, diff and checks come later, from the remedy stage).
-FixRefiner = Callable[["Finding", "UnitContext", Fix], None]
+FixRefiner = Callable[["Finding", "UnitContext", "Fix"], None]
 
 
 @dataclass(slots=True)
@@ -63,6 +64,7 @@ class DiagnosisBuilder:
         self, finding: Finding, ctx: UnitContext, library: Library, crashes: int = 1, confidence: float = 1.0
     ) -> Diagnosis:
         from crashdoc.diagnosis.category import failure_kind
+        from crashdoc.diagnosis_records import Diagnosis, Fix, RootCause
 
         sig = library.get(finding.signature_id) if finding.signature_id else None
         captures = dict(finding.match.captures) if finding.match else {}
@@ -133,6 +135,8 @@ class DiagnosisBuilder:
 
     def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:
         """A loop whose crashes left nothing to go on: say so, with what systemd saw."""
+        from crashdoc.diagnosis_records import Diagnosis, Fix, RootCause
+
         exit_text = ctx.run.exit if ctx.run is not None else None
         evidence = [f"main process {exit_text}"] if exit_text else []
         return Diagnosis(
@@ -189,6 +193,8 @@ class DiagnosisBuilder:
             warnings.append(placeholder_note(waiting))
         lever = changes[0].flag if changes else ""
         summary = render_text(sig.fix_summary, with_current(captures, flags, lever), flags, lever)
+        from crashdoc.diagnosis_records import Fix
+
         fix = Fix(summary=summary, changes=changes, warnings=warnings)
         if self._refine is not None and finding is not None:
             self._refine(finding, ctx, fix)
@@ -197,6 +203,8 @@ class DiagnosisBuilder:
 
 def fix_target(ctx: UnitContext, safety: str) -> FixTarget:
     """Where the remedy stage applies the changes: the run's command and the unit's settings as seen now."""
+    from crashdoc.diagnosis_records import FixTarget
+
     state = ctx.state
     markers = ctx.run.markers if ctx.run is not None else ()
     return FixTarget(

@@ -15,12 +15,13 @@ from crashdoc.diagnosis.configchange import correlate
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
-from crashdoc.events import BAD_REQUEST, Diagnosis
+from crashdoc.events import BAD_REQUEST
 from crashdoc.matching.matcher import Facts, Matcher
 
 if TYPE_CHECKING:  # the judgment is imported where a run failed: a healthy log never needs it
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.diagnosis.views import RunView
+    from crashdoc.diagnosis_records import Diagnosis
 
 # (release, where it came from) when no option, log line or interpreter says
 NO_RELEASE = ("", "")

@@ -13,10 +13,11 @@ from typing import TYPE_CHECKING
 from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.run import Handled, Run
-from crashdoc.events import Diagnosis, LaunchFacts, UnitState
+from crashdoc.events import LaunchFacts, UnitState
 
 if TYPE_CHECKING:  # the views are made when asked for: `explain` of a healthy log makes none
     from crashdoc.diagnosis.views import UnitView
+    from crashdoc.diagnosis_records import Diagnosis
 
 MAX_LAUNCHES = 8  # commands whose launch facts a unit keeps (its ExecStart, the argv its processes logged)
 

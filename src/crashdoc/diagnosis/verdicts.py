@@ -11,10 +11,11 @@ from crashdoc.diagnosis.crashloop import LoopState, Transition
 from crashdoc.diagnosis.reporting import Reporter
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
-from crashdoc.events import HARDWARE, Diagnosis, Thresholds
+from crashdoc.events import HARDWARE, Thresholds
 
 if TYPE_CHECKING:  # the views are made when asked for: `explain` of a healthy log makes none
     from crashdoc.diagnosis.views import EngineEvent
+    from crashdoc.diagnosis_records import Diagnosis
 
 SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
 
