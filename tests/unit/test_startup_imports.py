@@ -36,6 +36,7 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.snapshot",
     "crashdoc.diagnosis.gpustate",
     "crashdoc.diagnosis.views",
+    "crashdoc.diagnosis.configchange",
     "crashdoc.gpu_events",
     "crashdoc.diagnosis_records",
     "crashdoc.remedy",

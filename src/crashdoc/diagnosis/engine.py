@@ -30,7 +30,6 @@ from crashdoc.assembly.markers import (
     parse_server_args,
 )
 from crashdoc.assembly.traceback import TracebackAssembler
-from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.lone import judge_lone
 from crashdoc.diagnosis.report import DiagnosisBuilder
@@ -38,18 +37,10 @@ from crashdoc.diagnosis.reporting import Reporter
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
-from crashdoc.events import (
-    LaunchFacts,
-    Lifecycle,
-    LifecycleRecord,
-    LogLine,
-    Thresholds,
-    Traceback,
-    UnitState,
-)
+from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
 from crashdoc.matching.matcher import Matcher
 
-if TYPE_CHECKING:  # made on the first GPU input: `explain` without kernel lines loads none of it
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
     from crashdoc.diagnosis.gpustate import GpuRecord
     from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
     from crashdoc.diagnosis_records import Diagnosis
@@ -293,6 +284,8 @@ class Engine:
         rec = self._units.get(unit)
         if rec is None:
             return
+        from crashdoc.diagnosis.configchange import FileChange  # the daemon's alone: a paste has no files
+
         rec.file_changes.append(FileChange(path, at))
         del rec.file_changes[:-MAX_FILE_CHANGES]
 

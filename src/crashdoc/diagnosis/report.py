@@ -13,7 +13,6 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.diagnosis.configchange import ConfigChange
 from crashdoc.events import FlagChange, UnitState
 from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
 from crashdoc.matching.derived import DerivedMatch, release_range
@@ -23,7 +22,8 @@ from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
 from crashdoc.text import LazyPattern
 
-if TYPE_CHECKING:  # the judgment and a diagnosis's records are imported once something failed (a healthy log never)
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
+    from crashdoc.diagnosis.configchange import ConfigChange
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.diagnosis.views import RunView
     from crashdoc.diagnosis_records import Diagnosis, Fix, FixTarget

@@ -11,14 +11,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
-from crashdoc.diagnosis.configchange import correlate
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.events import BAD_REQUEST
 from crashdoc.matching.matcher import Facts, Matcher
 
-if TYPE_CHECKING:  # the judgment is imported where a run failed: a healthy log never needs it
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.diagnosis.views import RunView
     from crashdoc.diagnosis_records import Diagnosis
@@ -85,6 +84,8 @@ class Reporter:
         cmdline = (run.cmdline if run is not None else ()) or (rec.state.exec_start if rec.state else ())
         change = None
         if rec.loop.looping and rec.loop.loop_started_at is not None:
+            from crashdoc.diagnosis.configchange import correlate  # a loop's start: what changed before it
+
             good = rec.last_good
             change = correlate(
                 rec.file_changes,

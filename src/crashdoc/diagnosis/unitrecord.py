@@ -10,12 +10,12 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import TYPE_CHECKING
 
-from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.events import LaunchFacts, UnitState
 
-if TYPE_CHECKING:  # the views are made when asked for: `explain` of a healthy log makes none
+if TYPE_CHECKING:  # imported where they are made: `explain` of a healthy log makes none of them
+    from crashdoc.diagnosis.configchange import FileChange
     from crashdoc.diagnosis.views import UnitView
     from crashdoc.diagnosis_records import Diagnosis
 

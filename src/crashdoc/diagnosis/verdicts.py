@@ -13,7 +13,7 @@ from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.events import HARDWARE, Thresholds
 
-if TYPE_CHECKING:  # the views are made when asked for: `explain` of a healthy log makes none
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
     from crashdoc.diagnosis.views import EngineEvent
     from crashdoc.diagnosis_records import Diagnosis
 
