@@ -2,8 +2,10 @@
 
     python -m bench.accepted_latency [--crashes N] [--checks 20] [--python PATH]
 
-`bench.latency.measure` twice in one run, on a private systemd: first as it is (two fake-SGLang units crash
-every 0.3 s; the time from a crash's last log line to crashdoc showing it); then the same with `--checks` more
+`bench.latency.measure` three times in one run, on a private systemd: first as it is (two fake-SGLang units crash
+every 0.3 s; the time from a crash's last log line to crashdoc showing it); then with `--checks` more units that
+loop on the same replayed failure under an interpreter without SGLang (the loops' own cost, nothing to check);
+then the same with `--checks` more
 units that crash-loop on a real SGLang 0.5.23 launch failure (`bench/launch_failures/set/064.log`,
 `--dllm-algorithm none`). Each of those units runs a launch script that names the failing command with SGLang
 0.5.23's own interpreter (the test environment `make test` builds) and replays that command's real output
@@ -30,6 +32,7 @@ from bench.common import ROOT, log
 FAILURE = ROOT / "bench" / "launch_failures" / "set" / "064.log"  # RuntimeError: Unknown diffusion LLM algorithm
 OPTIONS = "--dllm-algorithm none"
 PENDING = ("search pending", "verification pending")
+NO_SGLANG = "/usr/bin/python3"  # the host's Python: no SGLang in it, so no check can run
 RESULTS = ROOT / "bench" / "results" / "accepted_latency.json"
 
 
@@ -76,14 +79,16 @@ def _searches(base: str) -> dict[str, int]:
     return {"loops": len(mine), "pending": pending, "passed": passed}
 
 
-def start_checks(count: int) -> Callable[[Any, Any], Callable[[], dict[str, Any]]]:
+def start_checks(count: int, searching: bool = True) -> Callable[[Any, Any], Callable[[], dict[str, Any]]]:
+    """Start the `count` replayed units; with `searching`, wait until their searches run, else only their loops."""
+
     def beside(sandbox: Any, cd: Any) -> Callable[[], dict[str, Any]]:
         names = [f"sglang-check-{i:02d}.service" for i in range(count)]
         sandbox.systemctl("start", *names, check=True)
         deadline = time.monotonic() + 300
         while time.monotonic() < deadline:
             seen = _searches(cd.base)
-            if seen["loops"] >= count and seen["pending"] >= 1:
+            if seen["loops"] >= count and (seen["pending"] >= 1 or not searching):
                 break
             time.sleep(0.5)
         began = {**_searches(cd.base), "at": time.time()}
@@ -115,8 +120,12 @@ def main(argv: list[str] | None = None) -> int:
 
     python = a.python or str(ensure_sglang_venv())
     out: dict[str, Any] = {}
+    # The middle side has the same looping units, but their scripts name an interpreter without SGLang: crashdoc
+    # finds the loops and diagnoses them as often, and has nothing to check. Against it, the last side shows what
+    # the checks themselves cost the detection; against the first, what twenty more looping units cost it.
     for side, beside, units in (
         ("no checks", None, None),
+        (f"{a.checks} loops, no checks", start_checks(a.checks, searching=False), replay_units(NO_SGLANG, a.checks)),
         (f"{a.checks} searches", start_checks(a.checks), replay_units(python, a.checks)),
     ):
         log(f"accepted_latency: {a.crashes} crashes, {side} ...")

@@ -52,7 +52,7 @@ class ServerArgs:
         if ns.env_value:
             raise ValueError("SGLANG_X=" + os.environ.get("SGLANG_X", "unset"))
         if ns.niceness:
-            raise ValueError("niceness=%d" % os.nice(0))
+            raise ValueError("niceness=%d idle=%s" % (os.nice(0), os.sched_getscheduler(0) == os.SCHED_IDLE))
         if ns.tp_size % 2:
             raise ValueError("tp_size must be divisible by 2")
 
@@ -87,7 +87,7 @@ def test_checks_run_below_the_daemons_priority(tmp_path: Path) -> None:
     """Background work: on a busy host the daemon's reading and detection come before the checks."""
     with _checker(tmp_path) as checker:
         [answer] = checker.check([Request(("--model-path", "m", "--niceness"))])
-    assert answer.error == f"ValueError: niceness={min(19, os.nice(0) + 10)}"
+    assert answer.error == f"ValueError: niceness={min(19, os.nice(0) + 10)} idle=True"
 
 
 def test_a_check_that_hangs_is_killed_at_its_timeout_and_the_others_answer(tmp_path: Path) -> None:

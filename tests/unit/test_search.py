@@ -351,3 +351,18 @@ def test_the_daemons_remedy_worker_searches_off_its_callers_thread(tmp_path: Pat
     assert said == [(unit, found.fix.verified)]
     assert worker.take_checked() == [found] and worker.take_checked() == []
     assert d.fix.changes == [] and d.fix.verified is None
+
+
+@needs_sglang
+def test_the_release_named_is_the_one_sglang_python_imports(tmp_path: Path) -> None:
+    """Only `--sglang-python`: the diagnosis names that interpreter's release (read from its files), the same one
+    whose checks passed, and no "release is unknown" warning."""
+    command = LAUNCH.format(model=tiny_model(tmp_path / "model"), extra="--ssl-keyfile /k.pem")
+    log = tmp_path / "launch.log"
+    error = "ValueError: --ssl-keyfile requires --ssl-certfile to be specified as well."
+    log.write_text(f"$ {command}\nTraceback (most recent call last):\n{error}\n")
+    [d] = _explain("--sglang-python", str(SGLANG), str(log))["diagnoses"]
+    assert d["sglang_version"] == "0.5.23", d
+    assert d["sglang_version_from"].startswith(str(SGLANG) + ": "), d
+    assert d["fix"]["verified"].startswith("passes SGLang 0.5.23's argument checks (1 candidate, "), d["fix"]
+    assert not any("release is unknown" in w for w in d["fix"]["warnings"]), d["fix"]

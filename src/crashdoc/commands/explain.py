@@ -15,6 +15,7 @@ from crashdoc.commands.pipeline import (
     accepted_fixes,
     derived_setup,
     explain_texts,
+    interpreter_release,
     load_library_or_fail,
     release_option,
     sglang_python_option,
@@ -42,6 +43,7 @@ def main(args: argparse.Namespace) -> int:
     if readable:
         library = load_library_or_fail(args.signatures, matching_only=True)
         release, derived = derived_setup(args.sglang_version, args.sglang_source)
+        release = release or interpreter_release(interpreter)  # --sglang-version / --sglang-source say first
         diagnosed = explain_texts(readable, library, release, derived)
         diagnosed = accepted_fixes(readable, diagnosed, args.launch_command, interpreter, derived)
     answers = iter(diagnosed)

@@ -190,6 +190,17 @@ def sglang_python_option(path: str | None) -> str | None:
     return absolute
 
 
+def interpreter_release(interpreter: str | None) -> tuple[str, str] | None:
+    """(release, where read) of the SGLang `--sglang-python` imports, read as files like a unit's (no child): the
+    same interpreter answers the checks, so the diagnosis names its release, not "unknown"."""
+    if interpreter is None:
+        return None
+    from crashdoc.sources.sglang_install import find_sglang
+
+    install = find_sglang(interpreter)
+    return (install.version, install.origin) if install.version else None
+
+
 def accepted_fixes(
     sources: Sequence[tuple[str, str | TextInput]],
     results: list[tuple[str, list[Diagnosis], list[Diagnosis]]],

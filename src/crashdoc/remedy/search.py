@@ -320,9 +320,10 @@ def _searched(
             checked += extra
     seconds = time.monotonic() - started
     tried_count = max(0, checked - 1)  # the command as it is was checked too: it is no candidate
+    counted = f"{tried_count} candidate{'' if tried_count == 1 else 's'}, {seconds:.1f} s"
     if best is not None:
         version = answer.version or "?"
-        said = f"passes SGLang {version}'s argument checks ({tried_count} candidates, {seconds:.1f} s)"
+        said = f"passes SGLang {version}'s argument checks ({counted})"
         if answer.status == "partial":
             said += "; not checked here: " + "; ".join(" ".join(u.split())[:200] for u in answer.unchecked)
         return SearchResult(
@@ -338,8 +339,7 @@ def _searched(
     fallback = _ranked(ranked, command, None, facts, None, started)
     fallback.status = "rejected"
     fallback.verified = (
-        f"no candidate passes SGLang's argument checks ({tried_count} candidates, {seconds:.1f} s); "
-        "the best-ranked one is shown, not checked"
+        f"no candidate passes SGLang's argument checks ({counted}); the best-ranked one is shown, not checked"
     )
     fallback.tried = tried[:MAX_TRIED_SHOWN]
     fallback.checked = checked
@@ -347,9 +347,7 @@ def _searched(
     rejected = {t.split(" -> ", 1)[0][len("tried: ") :] for t in tried if " -> still fails: " in t}
     if shown(fallback.changes) in rejected:
         fallback.changes, fallback.command, fallback.why = (), None, ""
-        fallback.verified = (
-            f"no candidate passes SGLang's argument checks ({tried_count} candidates, {seconds:.1f} s); none is shown"
-        )
+        fallback.verified = f"no candidate passes SGLang's argument checks ({counted}); none is shown"
         fallback.status = "none"
     return fallback
 
