@@ -40,6 +40,16 @@ class AlertmanagerConfig:
 
 
 @dataclass(frozen=True, slots=True)
+class SglangChecksConfig:
+    """The daemon's checks of fixes by each unit's own SGLang (`runtime.remedies`): on a host where running the
+    unit's interpreter is not wanted they are turned off, on a big one given more room."""
+
+    enabled: bool = True  # false: fixes are ranked with the shipped argument facts, no SGLang is run
+    at_once: int = 2  # searches at once: each is one SGLang child that forks two checks at a time
+    waiting: int = 32  # searches queued; more are said busy and asked again at the unit's next restart
+
+
+@dataclass(frozen=True, slots=True)
 class Config:
     units: tuple[WatchRule, ...] = DEFAULT_UNITS
     listen: str = DEFAULT_LISTEN
@@ -55,6 +65,7 @@ class Config:
     web_config_file: str | None = None  # TLS and basic auth for the HTTP view (exporter-toolkit's format)
     # where the host's GPUs are listed (their PCI addresses and indexes, for Xids); None: read none
     nvidia_gpus: str | None = DEFAULT_NVIDIA_GPUS
+    sglang_checks: SglangChecksConfig = field(default_factory=SglangChecksConfig)
     source: str = "(built-in defaults)"
 
     @property
@@ -111,7 +122,9 @@ _TOP = {
     "dbus",
     "web_config_file",
     "nvidia_gpus",
+    "sglang_checks",
 }
+_CHECK_BOUNDS = {"at_once": (1, 16), "waiting": (1, 1024)}
 
 
 def load_config(path: str | Path | None) -> Config:
@@ -251,6 +264,28 @@ def _build(doc: LocatedYaml, name: str) -> Config:
             bad(("journal",), "must be a mapping with `directory`")
         elif jour.get("directory") is not None:
             values["journal_directory"] = str(jour["directory"])
+
+    checks = data.get("sglang_checks")
+    if checks is not None:
+        if not isinstance(checks, dict):
+            bad(("sglang_checks",), "must be a mapping with enabled, at_once, waiting")
+        else:
+            kwargs = {}
+            for key, value in checks.items():
+                if key == "enabled":
+                    if not isinstance(value, bool):
+                        bad(("sglang_checks", key), "must be true or false")
+                    else:
+                        kwargs[key] = value
+                elif key in _CHECK_BOUNDS:
+                    low, high = _CHECK_BOUNDS[key]
+                    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+                        bad(("sglang_checks", key), f"must be a whole number from {low} to {high}, got {value!r}")
+                    else:
+                        kwargs[key] = value
+                else:
+                    bad(("sglang_checks", key), "unknown key (known: enabled, at_once, waiting)")
+            values["sglang_checks"] = SglangChecksConfig(**kwargs)
 
     am = data.get("alertmanager")
     if am is not None:

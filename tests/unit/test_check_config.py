@@ -15,7 +15,7 @@ import pytest
 
 from crashdoc import config as config_module
 from crashdoc.cli import main
-from crashdoc.config import AlertmanagerConfig, Config, load_config
+from crashdoc.config import AlertmanagerConfig, Config, SglangChecksConfig, load_config
 from crashdoc.events import ROLES, Thresholds
 from support.e2e import CRASHDOC
 
@@ -56,6 +56,7 @@ def test_example_documents_every_option() -> None:
         *(f.name for f in dataclasses.fields(Thresholds)),
         *(f.name for f in dataclasses.fields(AlertmanagerConfig) if f.name != "client"),
         *config_module._CLIENT_KEYS,  # the client settings, written as Prometheus writes them
+        *(f.name for f in dataclasses.fields(SglangChecksConfig)),
         "builtin",
         "folders",
         "directory",
@@ -111,6 +112,11 @@ def signature_folder(root: Path) -> Path:
         ("alertmanager:\n  url: am:9093\n", r":2: alertmanager\.url: must be an http\(s\) URL"),
         ("alertmanager:\n  timeout: .inf\n", r":2: alertmanager\.timeout: must be a positive number"),
         ("dbus: maybe\n", r":1: dbus: must be true or false"),
+        ("sglang_checks: yes\n", r":1: sglang_checks: must be a mapping"),
+        ("sglang_checks:\n  enabled: 1\n", r":2: sglang_checks\.enabled: must be true or false"),
+        ("sglang_checks:\n  at_once: 0\n", r":2: sglang_checks\.at_once: must be a whole number from 1 to 16"),
+        ("sglang_checks:\n  waiting: 2.5\n", r":2: sglang_checks\.waiting: must be a whole number from 1 to"),
+        ("sglang_checks:\n  parallel: 4\n", r":2: sglang_checks\.parallel: unknown key \(known: enabled, "),
         ("units: [\n", r":2: invalid YAML"),
         ("listen: a:1\nlisten: b:2\n", r":2: duplicate key 'listen'"),
         (

@@ -14,10 +14,11 @@ from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families
 
+from crashdoc.config import SglangChecksConfig
 from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause
 from crashdoc.remedy.stage import RemedyStage, with_verified
 from crashdoc.runtime.daemon import Daemon
-from crashdoc.runtime.remedies import PENDING, RemedyWorker
+from crashdoc.runtime.remedies import CHECKS_OFF, PENDING, RemedyWorker
 from support.file_daemon import file_daemon
 from support.journal_files import UNIT, crash_loop_entries, needs_journal_remote, write_journal
 
@@ -41,7 +42,9 @@ class HeldChecks(RemedyStage):
     def searches(self, d: Diagnosis) -> bool:
         return False
 
-    def check(self, d: Diagnosis, *, run: bool = True) -> Diagnosis:
+    def check(self, d: Diagnosis, *, run: bool = True, unrun: str = "") -> Diagnosis:
+        if not run:
+            return with_verified(d, unrun)
         with self._count:
             self.running += 1
             self.most = max(self.most, self.running)
@@ -70,7 +73,7 @@ def until(condition, seconds: float = 30.0) -> None:  # type: ignore[no-untyped-
 
 def test_checks_run_a_few_at_a_time_a_few_wait_and_the_rest_are_said_busy_then_asked_again() -> None:
     stage = HeldChecks()
-    worker = RemedyWorker(stage, checkers=2, waiting=3)
+    worker = RemedyWorker(stage, checks=SglangChecksConfig(at_once=2, waiting=3))
     first = [diagnosis(f"sglang-{i}.service") for i in range(2)]
     for d in first:
         worker.request(d, check=True)
@@ -110,7 +113,7 @@ def test_the_daemon_reads_and_detects_while_twenty_checks_are_held(tmp_path: Pat
     write_journal(journal, crash_loop_entries())
     daemon = file_daemon(journal, state)
     stage = HeldChecks()
-    daemon.remedies = daemon.view.remedies = RemedyWorker(stage, checkers=2, waiting=32)
+    daemon.remedies = daemon.view.remedies = RemedyWorker(stage, checks=SglangChecksConfig(at_once=2, waiting=32))
     daemon.prepare()
     daemon.source.fileno()  # watch the folder (inotify), as the daemon's loop does
     daemon.source.seek_head()
@@ -143,3 +146,23 @@ def test_the_daemon_reads_and_detects_while_twenty_checks_are_held(tmp_path: Pat
     assert stage.most == 2
     [mine] = [d for d in daemon.remedies.publish(daemon.engine.diagnoses()) if d.unit == UNIT]
     assert mine.fix.verified == f"checked for {UNIT}"
+
+
+def test_checks_turned_off_in_the_configuration_run_no_sglang_and_say_why() -> None:
+    """`sglang_checks: {enabled: false}`: the stage is asked without running SGLang, and the fix says why."""
+    stage = HeldChecks()
+    worker = RemedyWorker(stage, checks=SglangChecksConfig(enabled=False))
+    d = diagnosis("sglang-a.service")
+    worker.request(d, check=True)
+    until(lambda: worker.published(d).fix.verified not in ("", PENDING))
+    assert worker.published(d).fix.verified == CHECKS_OFF
+    assert CHECKS_OFF.startswith("not asked to (sglang_checks: enabled: false")
+    assert stage.most == 0  # the held check never ran
+    worker.stop(wait=5)
+
+
+def test_the_daemon_takes_its_check_settings_from_the_configuration(tmp_path: Path) -> None:
+    settings = SglangChecksConfig(enabled=False, at_once=3, waiting=5)
+    (tmp_path / "journal").mkdir()
+    daemon = file_daemon(tmp_path / "journal", tmp_path / "state", sglang_checks=settings)
+    assert daemon.remedies.checks == settings

@@ -35,6 +35,7 @@ if TYPE_CHECKING:  # imported where used: `explain` of a healthy log loads none 
     from crashdoc.remedy.search import Budget
 
 PARALLEL = 4  # `diagnose`: SGLang checks at once (each child spends seconds importing SGLang)
+NOT_ASKED = "not asked to (--no-verify)"  # why no SGLang judged a fix `diagnose --no-verify` ranked
 NO_COMMAND = "the unit's command line is unknown here (no D-Bus); apply the change by hand"
 CheckKey = tuple[object, ...]
 
@@ -107,12 +108,13 @@ class RemedyStage:
         )
         return replace(d, fix=fix)
 
-    def check(self, d: Diagnosis, *, run: bool = True) -> Diagnosis:
+    def check(self, d: Diagnosis, *, run: bool = True, unrun: str = NOT_ASKED) -> Diagnosis:
         """What the unit's own SGLang says: a flag failure's fix searched and checked (applied again when the
         search changed it), any other fix's corrected command checked (`fix.verified`). `run` False (`diagnose
-        --no-verify`): the search ranks its candidates with the release's argument facts, no SGLang is run."""
+        --no-verify`, checks off in the configuration: `unrun` says which): the search ranks its candidates with
+        the release's argument facts, no SGLang is run."""
         if self.searches(d):
-            return self.searched(d, run=run)
+            return self.searched(d, run=run, unrun=unrun)
         if not run or not self.wants_check(d):
             return d
         return with_verified(d, self.verdict(d))
@@ -126,14 +128,14 @@ class RemedyStage:
         target = d.target
         return self.on_disk and target is not None and bool(target.cmdline) and not target.safety and searchable(d)
 
-    def searched(self, d: Diagnosis, *, run: bool = True) -> Diagnosis:
+    def searched(self, d: Diagnosis, *, run: bool = True, unrun: str = NOT_ASKED) -> Diagnosis:
         """The search on the unit's launch command (the run's command line; the one systemd reported when
         known), judged by the interpreter the unit's own files name (`judge`); the fix found applied again."""
         from crashdoc.remedy.commandline import find_launch_command
 
         assert d.target is not None
         command = find_launch_command(d.target.cmdline, self._read).command
-        interpreter, why = self.judge(d.target) if run else (None, "not asked to (--no-verify)")
+        interpreter, why = self.judge(d.target) if run else (None, unrun)
         found = self.fix_search.search(d, command, interpreter, unchecked=why)
         if found is d:
             return d

@@ -58,7 +58,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     watcher = UnitWatcher(units) if config.dbus else None
     health = Health()
     lock = threading.Lock()
-    remedies = RemedyWorker(RemedyStage(derived=lambda: holder.derived))
+    remedies = RemedyWorker(RemedyStage(derived=lambda: holder.derived), checks=config.sglang_checks)
     view = HttpView(engine, holder, lock, health, store, watcher, config, remedies=remedies, releases=releases)
     recorder = JournalRecorder(runbook_url=view.runbook_url)
     effects = Effects(recorder, health)

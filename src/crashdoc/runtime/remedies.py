@@ -24,6 +24,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import Any
 
+from crashdoc.config import SglangChecksConfig
 from crashdoc.events import Diagnosis, Fix
 from crashdoc.remedy.stage import CheckKey, RemedyStage, check_key, with_verified
 
@@ -31,9 +32,9 @@ PENDING = "verification pending: SGLang's argument checks are running"
 SEARCHING = "search pending: candidate fixes are being checked by SGLang's argument checks"
 BUSY = "not verified yet: crashdoc's SGLang checks are busy ({waiting} waiting); asked again at the unit's next restart"
 NOTHING = ""  # the applied fix changes no flag: nothing to check
+CHECKS_OFF = "not asked to (sglang_checks: enabled: false in crashdoc's configuration)"
+DEFAULT_CHECKS = SglangChecksConfig()  # frozen: one shared default
 KEEP = 256  # results kept (the oldest go first)
-CHECKERS = 2  # checks (searches) at once: each is one SGLang child and the checks it forks
-WAITING = 32  # checks queued for a thread; more are said to be busy
 
 
 def remedy_key(d: Diagnosis) -> tuple[Any, ...]:
@@ -51,14 +52,17 @@ class RemedyWorker:
         wake: Callable[[], None] = lambda: None,
         on_checked: Callable[[str, str], None] = lambda unit, text: None,
         size: int = KEEP,
-        checkers: int = CHECKERS,
-        waiting: int = WAITING,
+        checks: SglangChecksConfig = DEFAULT_CHECKS,
     ) -> None:
+        """`checks`: whether the units' SGLang is run, how many searches at once (each one SGLang child and the
+        checks it forks) and how many may wait; more are said busy and asked again at the next restart."""
         self.stage = stage
         self.wake = wake  # tells the loop that something is ready
         self._on_checked = on_checked
         self._size = size
-        self._checkers, self._limit = max(1, checkers), max(1, waiting)
+        self.checks = checks
+        self._run = checks.enabled
+        self._checkers, self._limit = max(1, checks.at_once), max(1, checks.waiting)
         self._waiting = 0  # checks queued and not yet started
         self._applied: OrderedDict[tuple[Any, ...], Fix] = OrderedDict()
         self._checked: OrderedDict[CheckKey, Fix | str] = OrderedDict()  # a search's fix, a check's line, PENDING
@@ -186,7 +190,7 @@ class RemedyWorker:
                 if self._checked.get(key, PENDING) not in (PENDING, SEARCHING):
                     continue  # checked already (the same command and changes for another diagnosis)
             try:
-                done = self.stage.check(d)
+                done = self.stage.check(d, run=self._run, unrun=CHECKS_OFF)
             except Exception as exc:  # never let a check take the daemon down
                 done = with_verified(d, f"not verified: {type(exc).__name__}: {exc}")
             result: Fix | str = done.fix if self.stage.searches(d) else done.fix.verified or ""

@@ -17,6 +17,7 @@ RESTART_SETTINGS = (
     "dbus",
     "web_config_file",  # the file's contents are re-read on change; its path only at start
     "nvidia_gpus",  # its GPUs are read again when the driver loads; the folder only at start
+    "sglang_checks",  # the check threads start with the daemon
 )
 
 
