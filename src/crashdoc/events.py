@@ -73,12 +73,16 @@ ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
 @dataclass(frozen=True, slots=True)
 class WatchRule:
+    """Which units crashdoc watches (a name or a glob) and the role they play in a PD deployment."""
+
     pattern: str  # unit name or glob
     role: str = "any"
 
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
+    """When crashes make a loop and when a loop is over: the configuration's `thresholds:`."""
+
     startup_crashes: int = 2  # consecutive crash-before-ready runs that make a loop
     runtime_crashes: int = 3  # crashes after ready, within runtime_window, that make a loop
     runtime_window: float = 600.0
@@ -118,6 +122,8 @@ class Lifecycle(StrEnum):
 
 @dataclass(slots=True)
 class LifecycleRecord:
+    """What PID 1 (or a core dump) logged about a unit: a start, an exit, a restart scheduled, a failure."""
+
     unit: str
     kind: Lifecycle
     timestamp: float = 0.0
@@ -173,6 +179,8 @@ class LaunchFacts:
 
 @dataclass(slots=True, frozen=True)
 class Frame:
+    """One frame of a Python traceback: where the code was and what it ran."""
+
     file: str
     line: int
     function: str
@@ -247,6 +255,8 @@ class Match:
 
 @dataclass(slots=True)
 class FlagChange:
+    """One change a fix makes to a launch command: a flag replaced, removed, added or set."""
+
     action: str  # replace, remove, add, set
     flag: str
     value: str | None = None

@@ -35,6 +35,8 @@ class LoopState(StrEnum):
 
 @dataclass(slots=True)
 class Crash:
+    """One crash the loop tracker counts: when, whether before ready, how it ended and its root cause."""
+
     invocation: str
     at: float
     before_ready: bool
@@ -46,6 +48,8 @@ class Crash:
 
 @dataclass(slots=True)
 class Transition:
+    """A change of a unit's loop state, for the verdicts and the events others act on."""
+
     unit: str
     old: LoopState
     new: LoopState
@@ -55,6 +59,8 @@ class Transition:
 
 @dataclass(slots=True)
 class LoopTracker:
+    """Whether a unit is crash-looping: its recent crashes against the thresholds."""
+
     unit: str
     thresholds: Thresholds = field(default_factory=Thresholds)
     state: LoopState = LoopState.HEALTHY

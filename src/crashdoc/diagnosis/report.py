@@ -41,6 +41,8 @@ FixRefiner = Callable[["Finding", "UnitContext", "Fix"], None]
 
 @dataclass(slots=True)
 class UnitContext:
+    """What a diagnosis says about the unit beside the finding: its command, restarts, state, release, peers."""
+
     unit: str
     role: str = "any"
     n_restarts: int | None = None

@@ -24,6 +24,8 @@ MAX_LAUNCHES = 8  # commands whose launch facts a unit keeps (its ExecStart, the
 
 @dataclass(slots=True)
 class UnitRecord:
+    """The engine's working record of one watched unit: its runs, loop, state and counts."""
+
     name: str
     role: str
     loop: LoopTracker
