@@ -26,26 +26,7 @@ SERVICE_IFACE = b"org.freedesktop.systemd1.Service"
 PROPS_IFACE = b"org.freedesktop.DBus.Properties"
 
 
-# D-Bus signatures of the properties read (pystemd's get_property needs them)
-_TYPES: dict[bytes, bytes] = {
-    b"LoadState": b"s",
-    b"ActiveState": b"s",
-    b"SubState": b"s",
-    b"InvocationID": b"ay",
-    b"FragmentPath": b"s",
-    b"DropInPaths": b"as",
-    b"ActiveEnterTimestamp": b"t",
-    b"Result": b"s",
-    b"NRestarts": b"u",
-    b"ExecMainStatus": b"i",
-    b"ExecMainCode": b"i",
-    b"ExecStart": b"a(sasbttttuii)",
-    b"EnvironmentFiles": b"a(sb)",
-    b"Environment": b"as",
-    b"NUMAPolicy": b"i",
-    b"NUMAMask": b"ay",
-    b"CPUAffinity": b"ay",
-}
+_STRING = ord("s")  # the D-Bus type of GetAll's argument, as pystemd's call_method takes it
 # the variables of a unit's environment crashdoc keeps (which host GPU a CUDA device is); the others may hold
 # secrets (API keys, tokens) and are never read into crashdoc's records
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
@@ -180,9 +161,19 @@ class UnitWatcher:
         self._paths[path] = unit
 
         bus = self.bus
+        # Two GetAll round trips, not one Get per property: pystemd holds the GIL while it waits for PID 1, and a
+        # PID 1 busy restarting units answers each call late, so seventeen waits stalled every thread of the daemon
+        # (reading, /metrics) for tens of milliseconds per refresh.
+        values: dict[bytes, dict[bytes, Any]] = {}
 
         def prop(iface: bytes, name: bytes) -> Any:  # pystemd's values, typed by the D-Bus signature
-            return bus.get_property(SYSTEMD, path, iface, name, _TYPES[name])
+            if iface not in values:
+                body = bus.call_method(SYSTEMD, path, PROPS_IFACE, b"GetAll", [(_STRING, iface)]).body
+                values[iface] = body if isinstance(body, dict) else {}
+            try:
+                return values[iface][name]
+            except KeyError:  # what Get says of a property this systemd does not have
+                raise LookupError(f"org.freedesktop.DBus.Error.UnknownProperty: {name.decode()}") from None
 
         try:
             load_state = _text(prop(UNIT_IFACE, b"LoadState"))
