@@ -11,7 +11,7 @@ import pytest
 from crashdoc.events import LogLine, WatchRule
 from crashdoc.sources import fastread
 from crashdoc.sources.journal import JournalSource, UnitFilter
-from support.journal_files import TRACEBACK, line, write_journal
+from support.journal_files import TRACEBACK, line, pid1, write_journal
 
 
 def _events(folder: Path, build_dir: Path) -> tuple[list[object], JournalSource]:
@@ -77,3 +77,41 @@ def test_the_daemon_says_once_why_it_reads_with_systemd_python(tmp_path: Path, m
     assert slow.source._batch is None
     assert (slow.source.stats.lines, slow.source.stats.entries) == (fast.source.stats.lines, fast.source.stats.entries)
     assert slow.source.stats.lines == len(TRACEBACK)
+
+
+def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tmp_path: Path) -> None:
+    """`diagnose` reads ahead (the next batch walked in a thread while the engine works): the same events, in
+    order, and the same cursor after each read as the daemon's reader; placing the reader or asking it
+    anything in between waits for the walk and goes back to the last entry handed out."""
+    unit = "sglang-decode.service"
+    entries = []
+    for run in range(3):  # each run: new processes (their first lines stop a batch), then PID 1's records
+        for i in range(400):
+            entries.append(line(f"Decode batch {run}-{i}", pid=str(100 + run * 10 + i % 3), unit=unit))
+        entries.append(pid1("Main process exited, code=exited, status=1/FAILURE", unit=unit))
+        entries.append(pid1("Started nginx.service.", unit="nginx.service"))  # a unit not watched: ends a walk
+    write_journal(tmp_path, entries)
+    units = UnitFilter((WatchRule("sglang*.service"),))
+
+    def source(once: bool) -> JournalSource:
+        s = JournalSource(units, directory=str(tmp_path), once=once, build_dir=tmp_path / "build")
+        s.seek_head()
+        return s
+
+    ahead, turn = source(True), source(False)
+    if ahead._ahead is None:
+        pytest.skip(f"the C batch reader cannot be built here: {ahead.fast_reader}")
+    got: list[object] = []
+    expected: list[object] = []
+    while not turn.at_end:  # the daemon's reader, in batches as long as the ahead reader's
+        batch = ahead.read(150)
+        got += batch
+        expected += turn.read(ahead.stats.entries - turn.stats.entries) if not ahead.at_end else turn.read(10_000)
+        assert (ahead.cursor, ahead.stats.last_timestamp) == (turn.cursor, turn.stats.last_timestamp)
+        if len(got) > 500 and len(got) - len(batch) <= 500:
+            assert ahead._ahead.position() is not None  # a walk runs past what was handed out
+            ahead.newest_timestamp()  # uses the reader: the walk is dropped, the reader goes back
+            assert ahead._ahead.position() is None
+    while not ahead.at_end:
+        got += ahead.read(150)
+    assert got == expected and len([e for e in got if isinstance(e, LogLine)]) == 1_200

@@ -327,7 +327,10 @@ def test_the_c_batch_reader_returns_exactly_what_read_returns(tmp_path, monkeypa
     batched, source = events(once=True, build_dir=tmp_path / "build")
     if source._batch is None:
         pytest.skip("the C batch reader cannot be built here (no C compiler, Python headers or libsystemd-dev)")
-    assert batched == plain
+    assert source._ahead is not None  # `diagnose` reads ahead: the next batch walked in a thread
+    followed, daemon_source = events(build_dir=tmp_path / "build")  # the daemon: the C reader, no thread
+    assert daemon_source._batch is not None and daemon_source._ahead is None
+    assert batched == plain and followed == plain
     assert len(plain) > 2_000 and source.stats.errors == 0
     texts = [e.text for e in plain if isinstance(e, LogLine) and e.pid == 9001]
     assert texts[1].startswith("\ufffd\ufffd not UTF-8") and len(texts[3]) == 16 * 1024

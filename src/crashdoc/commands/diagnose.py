@@ -19,7 +19,6 @@ from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail
 from crashdoc.errors import (
     EXIT_CANNOT_RUN,
     EXIT_FAILURE_FOUND,
@@ -29,12 +28,11 @@ from crashdoc.errors import (
     UsageError,
     UserError,
 )
-from crashdoc.matching.derived import DerivedLibrary
-from crashdoc.matching.library import Library
-from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:
     from crashdoc.config import Config
+    from crashdoc.matching.derived import DerivedLibrary
+    from crashdoc.matching.library import Library
     from crashdoc.sources.gpu_facts import GpuFactsReader
     from crashdoc.sources.textinput import TextInput
 
@@ -86,6 +84,8 @@ def main(args: argparse.Namespace) -> int:
     if args.file:
         journals, texts, problems = sort_files(args.file)
         if texts and not journals:  # pasted logs saved to files: read them as `explain` does
+            from crashdoc.commands.pipeline import derived_setup, load_library_or_fail
+
             library = load_library_or_fail(args.signatures, matching_only=True)
             release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
             return _diagnose_text_logs(args, texts, problems, library, release, derived)
@@ -98,8 +98,6 @@ def main(args: argparse.Namespace) -> int:
     if args.directory and not os.path.isdir(args.directory):
         what = "is not a folder" if os.path.exists(args.directory) else "does not exist"
         return _nothing_read([f"journal folder {args.directory} {what}"], args.json)
-    library = load_library_or_fail(args.signatures, matching_only=True)
-    release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
     try:
         # read once, with the C batch reader when it can be built (into the cache folder)
         source = JournalSource(
@@ -116,6 +114,16 @@ def main(args: argparse.Namespace) -> int:
         source.seek_since(start := time.time() - DEFAULT_HOST_SINCE)
     else:
         source.seek_head()
+    progress = Progress(sys.stderr, None, None)  # on a terminal only, once the read takes over a second
+    if progress.enabled:
+        oldest = source.newest_timestamp(oldest=True)
+        progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
+    source.start_reading(20_000)  # the first entries are walked while the library loads and the engine is built
+    from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail
+    from crashdoc.matching.matcher import Matcher
+
+    library = load_library_or_fail(args.signatures, matching_only=True)
+    release, derived = derived_setup(args.sglang_version, args.sglang_source, cache)
     watcher = UnitWatcher(units) if live else None
     if watcher is not None and not watcher.connect():
         watcher = None
@@ -149,10 +157,6 @@ def main(args: argparse.Namespace) -> int:
             if state is not None:
                 devices = gpu_facts.for_state(state)  # its CUDA_VISIBLE_DEVICES
                 feed(engine, [*([devices] if devices is not None else []), *launches.prepare([state])])
-    progress = Progress(sys.stderr, None, None)  # on a terminal only, once the read takes over a second
-    if progress.enabled:
-        oldest = source.newest_timestamp(oldest=True)
-        progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
     while True:
         feed(engine, launches.prepare(source.read(20_000)))
         if source.driver_loaded:  # the NVIDIA driver loaded again (a reboot in the journal): its GPUs as now

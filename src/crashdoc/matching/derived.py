@@ -359,8 +359,13 @@ class DerivedLibrary:
             sig = self._built[index] = from_record(_full(self._rows[index]), self.releases)
         return sig
 
-    def signatures(self) -> Iterable[DerivedSignature]:
-        return (self.signature(i) for i in range(len(self._rows)))
+    def signatures(self, keep: bool = True) -> Iterable[DerivedSignature]:
+        """Every signature. `keep=False`: those not built yet are built for the caller alone, not kept (a
+        pass over all of them, e.g. a release's checks, would otherwise keep every shipped one: ~4 MB)."""
+        if keep:
+            return (self.signature(i) for i in range(len(self._rows)))
+        rows, releases, built = self._rows, self.releases, self._built
+        return (built.get(i) or from_record(_full(rows[i]), releases) for i in range(len(rows)))
 
     def get(self, id: str) -> DerivedSignature | None:
         if self._index is None:

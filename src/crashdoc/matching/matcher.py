@@ -50,20 +50,49 @@ class Facts:
         return str(getattr(self, key, "") or "")
 
 
+class _KeptPrograms:
+    """The RE2 programs of the patterns searched last (`size` of them, the least recently used dropped).
+
+    Each program a pattern gets is ~40 KB: kept for every signature ever searched alone, a daemon held
+    90 of them (3.4 MB) after 2M journal entries. Compiling one again costs ~70 us, once per crash."""
+
+    __slots__ = ("_order", "size")
+
+    def __init__(self, size: int = 32) -> None:
+        self.size = size
+        self._order: dict[_LazyRegex, None] = {}  # last used last
+
+    def used(self, regex: _LazyRegex) -> None:
+        order = self._order
+        order.pop(regex, None)
+        order[regex] = None
+        if len(order) > self.size:
+            try:  # another thread (the remedy stage's) may be at it too: one of them drops it
+                oldest = next(iter(order))
+                del order[oldest]
+            except (KeyError, RuntimeError, StopIteration):
+                return
+            oldest._compiled = None
+
+
 class _LazyRegex:
     """A pattern compiled on its first search: the RE2 Set finds the few candidate signatures of a
-    traceback or line, so most patterns never need a program of their own (megabytes for a library)."""
+    traceback or line, so most patterns never need a program of their own (megabytes for a library).
+    The matcher keeps the programs of the last few used (`_KeptPrograms`)."""
 
-    __slots__ = ("_compiled", "pattern")
+    __slots__ = ("_compiled", "_kept", "pattern")
 
-    def __init__(self, pattern: str) -> None:
+    def __init__(self, pattern: str, kept: _KeptPrograms) -> None:
         self.pattern = pattern
+        self._kept = kept
         self._compiled: re2._Regexp | None = None
 
     def search(self, text: str) -> re2._Match | None:
-        if self._compiled is None:
-            self._compiled = re2.compile(self.pattern, re2_options(COLD_MAX_MEM))
-        return self._compiled.search(text)
+        compiled = self._compiled
+        if compiled is None:
+            compiled = self._compiled = re2.compile(self.pattern, re2_options(COLD_MAX_MEM))
+        self._kept.used(self)
+        return compiled.search(text)
 
 
 @dataclass(frozen=True, slots=True)
@@ -134,12 +163,13 @@ class Matcher:
         self._by_type: list[_Compiled] = []  # exception-type-only signatures (no message pattern)
         self._line: list[_Compiled] = []
         self._exit: list[Signature] = []
+        kept = _KeptPrograms()
         for sig in library.signatures:
             compiled = _Compiled(
                 sig,
-                _LazyRegex(sig.message or sig.line or "") if (sig.message or sig.line) else None,
-                _LazyRegex(sig.frame) if sig.frame else None,
-                _LazyRegex(sig.context["model"]) if "model" in sig.context else None,
+                _LazyRegex(sig.message or sig.line or "", kept) if (sig.message or sig.line) else None,
+                _LazyRegex(sig.frame, kept) if sig.frame else None,
+                _LazyRegex(sig.context["model"], kept) if "model" in sig.context else None,
             )
             if sig.kind == "line":
                 self._line.append(compiled)

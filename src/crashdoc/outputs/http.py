@@ -23,13 +23,15 @@ import ssl
 import sys
 import threading
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from prometheus_client.exposition import CONTENT_TYPE_LATEST
 
 from crashdoc.outputs.render import redact_data
-from crashdoc.outputs.webconfig import WebConfig
+
+if TYPE_CHECKING:  # TLS and basic auth (bcrypt) are loaded only with a web configuration file
+    from crashdoc.outputs.webconfig import WebConfig
 
 REQUEST_TIMEOUT = 10.0  # seconds a client may take to send its request
 HANDSHAKE_TIMEOUT = 5.0  # seconds a client may take to finish the TLS handshake

@@ -86,7 +86,11 @@ class LaunchReader:
     def prepare(self, events: Iterable[LogLine | LifecycleRecord | UnitState | GpuEvent]) -> list[FeedEvent]:
         """The events with the launch facts they need in front of them, in order (a kernel GPU fault needs none)."""
         out: list[FeedEvent] = []
+        append = out.append
         for event in events:
+            if type(event) is LogLine and not event.cmdline:  # nearly every event: a line, not a process's first
+                append(event)
+                continue
             facts = self.for_state(event) if isinstance(event, UnitState) else self.for_event(event)
             if facts is not None:
                 out.append(facts)

@@ -22,6 +22,7 @@ from crashdoc.remedy.launch import LaunchReader, unit_files
 from crashdoc.remedy.stage import RemedyStage
 from crashdoc.runtime.daemon import Daemon
 from crashdoc.runtime.effects import Effects
+from crashdoc.runtime.heap import bound_malloc
 from crashdoc.runtime.log import log
 from crashdoc.runtime.remedies import RemedyWorker
 from crashdoc.runtime.saving import StateSaver
@@ -98,23 +99,6 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         web = WebConfigHolder(config.web_config_file, health, log=log)
         view.scheme = "https" if web.current.ssl_context is not None else "http"
     return daemon, HttpServer(view, host, port, web=web)
-
-
-def bound_malloc(threshold: int = 128 * 1024) -> None:
-    """Keep glibc's mmap and trim thresholds fixed at 128 KiB.
-
-    glibc raises its mmap threshold after each large free (up to 32 MiB), so the daemon's large
-    transient buffers (the state saved every second, batches of a catch-up) end up in the brk heap
-    and their pages stay resident after they are freed: 4 MB of RSS after following 2M entries,
-    6 MB of the catch-up peak (bench/memory.py). Not glibc, or no libc: nothing to do."""
-    import ctypes
-
-    try:
-        libc = ctypes.CDLL(None)
-        libc.mallopt(-3, threshold)  # M_MMAP_THRESHOLD
-        libc.mallopt(-1, threshold)  # M_TRIM_THRESHOLD
-    except (OSError, AttributeError):
-        pass
 
 
 def library_cache_dir(config: Config) -> Path:

@@ -30,7 +30,7 @@ from crashdoc.outputs.http import HttpServer
 from crashdoc.outputs.journal_records import recorded_event_ids
 from crashdoc.outputs.metrics import CrashdocCollector, Health, make_registry
 from crashdoc.remedy.launch import LaunchReader
-from crashdoc.runtime import saving
+from crashdoc.runtime import heap, saving
 from crashdoc.runtime.effects import RECORDED, Effects
 from crashdoc.runtime.log import log
 from crashdoc.runtime.remedies import RemedyWorker
@@ -83,6 +83,7 @@ class Daemon:
     _behind: bool = False  # the last drain stopped for its time budget: more to read at once
     _stale: set[str] = field(default_factory=set)  # units to read over D-Bus once the journal is caught up
     _lag_probe_at: float = 0.0
+    _heap: heap.Trimmer = field(default_factory=heap.Trimmer)  # freed heap pages go back to the kernel
     _caught_up: bool = False  # the journal was read to its end once since the start
     _saved_outbox: set[int] = field(default_factory=set)  # ids of the pending events a save already holds
     _waiting_since: dict[int, float] = field(default_factory=dict)  # pending events waiting for their fix
@@ -252,6 +253,7 @@ class Daemon:
             if self.source.at_end:
                 if not self._caught_up:
                     self._caught_up = True
+                    self._heap.now()  # the catch-up's freed pages, at once
                     if self.source.stats.entries:  # a backlog since the saved position: how long it took
                         took = time.time() - self.health.started_at
                         log(f"caught up with the journal: {self.source.stats.entries:,} entries read in {took:.1f} s")
@@ -375,6 +377,7 @@ class Daemon:
             self.engine.tick(now)
         self._act()
         self.effects.tick()
+        self._heap.tick()
 
     def _reload_config(self) -> None:
         """SIGHUP: read the configuration file again. What can change live takes effect now (LIVE_SETTINGS);

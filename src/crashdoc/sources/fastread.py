@@ -66,6 +66,89 @@ def batch_reader(reader: Any, folder: Path | None) -> tuple[BatchReader | None, 
     return read, ""
 
 
+def read_ahead(folder: Path) -> ReadAhead | None:
+    """A `ReadAhead` from the reader `batch_reader` built in `folder` (after it said yes), or None."""
+    library, _ = _built(folder)
+    try:
+        return ReadAhead(ctypes.PyDLL(str(library))) if library is not None else None
+    except (OSError, AttributeError, MemoryError):
+        return None
+
+
+class ReadAhead:
+    """A batch reader (`BatchReader`) that walks the next batch in a thread while Python handles this one
+    (fastread.c `crashdoc_read_ahead`): on two CPUs `diagnose` then costs about the longer of reading and the
+    engine instead of their sum. While a walk runs nothing else may use the reader: `position()` says where
+    the batches handed out end, and `drop()` (before placing the reader, or closing it) waits for the walk and
+    returns the cursor to go back to. The same lines as `crashdoc_read_batch`, except that a walk started by
+    one call has that call's limit, and neither a process's first line nor the entries Python reads with its
+    own rules end it (`first_line`, `other_entry` read them from the fields the walk kept, with those rules)."""
+
+    def __init__(self, lib: Any) -> None:
+        new = lib.crashdoc_ahead_new
+        new.restype = ctypes.c_void_p
+        self._read, self._position = lib.crashdoc_read_ahead, lib.crashdoc_ahead_position
+        self._drop = lib.crashdoc_ahead_drop
+        self._read.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_long, *(ctypes.py_object,) * 2)
+        self._read.argtypes += (ctypes.c_long, *(ctypes.py_object,) * 3)
+        self._read.restype = ctypes.py_object
+        for f in (self._position, self._drop):
+            f.argtypes, f.restype = (ctypes.c_void_p,), ctypes.py_object
+        self._start = lib.crashdoc_ahead_start
+        self._start.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_long, *(ctypes.py_object,) * 2)
+        self._start.argtypes += (ctypes.c_long,)
+        self._start.restype = ctypes.py_object
+        self._set = lib.crashdoc_ahead_set
+        self._set.argtypes = (ctypes.c_void_p, ctypes.py_object, ctypes.py_object)
+        self._set.restype = ctypes.py_object
+        self._free = lib.crashdoc_ahead_free
+        self._free.argtypes = (ctypes.c_void_p,)
+        # a process's first line, kept by the walk: first_line({field: bytes}, realtime usec, unit bytes) -> line
+        self.first_line: Callable[[dict[str, bytes], int, bytes], LogLine | None] = lambda fields, usec, unit: None
+        # an entry Python reads with its own rules (PID 1's, a core dump, a kernel line), kept whole by the walk:
+        # other_entry({field: bytes}, realtime usec) -> the events it makes; `names`: the units the reader matches
+        # (a record of PID 1's about another unit ends the walk: Python matches that unit from there on)
+        self.other_entry: Callable[[dict[str, bytes], int], list[Any]] = lambda fields, usec: []
+        self.names: tuple[bytes, ...] = ()
+        self._reader: Any = None  # the reader a walk may be using: kept alive as long as this
+        self._state = new()
+        if not self._state:
+            raise MemoryError("no memory for the read-ahead state")
+
+    def __call__(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int, line_of: Any, text_of: Any):
+        self._reader = reader
+        self._set(self._state, self.names, self.other_entry)
+        return self._read(reader, self._state, limit, stop, processes, max_bytes, line_of, text_of, self.first_line)
+
+    def start(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int) -> None:
+        """Walk the next batch now, from the entry the reader is on (Python has read the one a batch stopped on)."""
+        self._reader = reader
+        self._set(self._state, self.names, self.other_entry)
+        self._start(reader, self._state, limit, stop, processes, max_bytes)
+
+    def position(self) -> tuple[str, float] | None:
+        """(cursor, realtime in seconds) of the last entry handed out while a walk runs past it; else None."""
+        where = self._position(self._state)
+        return None if where is None else (where[0], where[1] / 1e6)
+
+    def settle(self, reader: Any) -> None:
+        """Before the reader is used outside reading: no walk may run beside it, and what one read past the
+        events handed out is read again."""
+        back = self.drop()
+        if back:
+            reader.seek_cursor(back)
+            reader._next()  # on the last entry handed out: reading goes on after it
+
+    def drop(self) -> str | None:
+        """Wait for the walk and forget what it read; the cursor of the last entry handed out, if it ran."""
+        return self._drop(self._state)
+
+    def __del__(self) -> None:
+        if getattr(self, "_state", None):
+            self._free(self._state)
+            self._state = None
+
+
 def _built(folder: Path) -> tuple[Path | None, str]:
     try:
         source = SOURCE.read_bytes()
@@ -97,7 +180,7 @@ def _built(folder: Path) -> tuple[Path | None, str]:
         os.close(fd)
     except OSError as exc:
         return None, f"cannot write {folder}: {exc.strerror or exc}"
-    argv = [compiler, "-O2", "-shared", "-fPIC", f"-I{include}", "-o", tmp, str(SOURCE), "-lsystemd"]
+    argv = [compiler, "-O2", "-shared", "-fPIC", "-pthread", f"-I{include}", "-o", tmp, str(SOURCE), "-lsystemd"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=120)
         if done.returncode != 0:

@@ -37,16 +37,17 @@ from crashdoc.sources.journal_batch import (
     Processes,
     line_of,
     message_text,
+    process_line,
     python_batch,
 )
 from crashdoc.sources.journal_files import JournalFiles, unreadable_journal_files
 from crashdoc.sources.journal_pages import MappedPages, release_journal_pages
-from crashdoc.sources.journal_records import coredump_record, optional, optional_raw, pid1_record
+from crashdoc.sources.journal_records import coredump_record, optional_raw, pid1_record
 from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
 from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
-    from crashdoc.sources.fastread import BatchReader
+    from crashdoc.sources.fastread import BatchReader, ReadAhead
     from crashdoc.sources.kernel_gpu import KernelGpuReader
 
 TRIM_CHECK_EVERY = 500  # entries read between two looks at how many file pages are mapped (a batch of the C reader)
@@ -164,11 +165,14 @@ class JournalSource:
         self._gpu_lines: KernelGpuReader | None = None
         self.driver_loaded = False  # a GPU event said the NVIDIA driver loaded: the host's GPUs may have changed
         self._batch: BatchReader | None = None
+        self._ahead: ReadAhead | None = None  # `once`: read() walks the next batch while the caller works
         self.fast_reader = "not asked for (no folder to build it in)"  # "" when the C reader reads
         if build_dir is not None:
-            from crashdoc.sources.fastread import batch_reader
+            from crashdoc.sources.fastread import batch_reader, read_ahead
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
+            self._ahead = read_ahead(build_dir) if once and self._batch is not None else None
+        self._walked = WalkedEntries(self, self._ahead)
         self._names |= self._journal_names()
         self._match()
         self._pages.release()  # looking the names up mapped a window of every file
@@ -200,6 +204,8 @@ class JournalSource:
         little beside its records about units. `read()` checks each entry as before."""
         r = self.reader
         add = journal._Reader.add_match
+        if self._ahead is not None:  # a walk reading ahead keeps PID 1's records about these units for Python
+            self._ahead.names = tuple(self._names)
         r.flush_matches()
         for name in (*sorted(self._names), _INIT_SCOPE):
             add(r, b"_SYSTEMD_UNIT=" + name)
@@ -211,6 +217,7 @@ class JournalSource:
     def _rematch(self) -> None:
         """New matches, the reader staying where it is: the entry it is on (if any) stays the current
         one, so the next read goes on after it (changing the matches forgets the current entry)."""
+        self._walked.settle()
         r = self.reader
         try:
             here = r._get_cursor()
@@ -277,16 +284,19 @@ class JournalSource:
     # --- positioning ---------------------------------------------------------------------
 
     def seek_head(self) -> None:
+        self._walked.settle()
         self.reader.seek_head()
 
     def seek_tail(self) -> None:
         """Start after the newest entry: only what happens from now on."""
+        self._walked.settle()
         self.reader.seek_tail()
         self.reader._previous()  # libsystemd needs a step to settle on the tail
 
     def seek_since(self, when: datetime | float) -> None:
         if isinstance(when, int | float):
             when = datetime.fromtimestamp(when)
+        self._walked.settle()
         self.reader.seek_realtime(when)
 
     def seek_cursor(self, cursor: str) -> bool:
@@ -299,6 +309,7 @@ class JournalSource:
         entry written since, and the saved state with them.
         """
         self.cursor_gone = False
+        self._walked.settle()
         r = self.reader
         try:
             r.seek_cursor(cursor)
@@ -337,21 +348,26 @@ class JournalSource:
         The hot path of the daemon and of `diagnose`. A batch reader returns the lines of processes
         already seen (their template is in `_processes`) and stops on every other entry (a process's
         first line, PID 1's records, core dumps, kernel lines): those are read here, with their own
-        rules, and the batch goes on after them."""
+        rules, and the batch goes on after them. In `once` mode the C reader walks the next batch while the caller
+        works (`ReadAhead`, which keeps those entries for `WalkedEntries`): one batch a call, walked while the
+        caller handled the last call's events (with that call's `limit`), ended early only where the reader must
+        be read here (PID 1 naming a unit not matched yet)."""
         if self._invalidated:
             self._invalidated = False
             self._count_vacuumed()
-        batch = self._batch or python_batch
+        batch = self._ahead or self._batch or python_batch
         r = self.reader
         processes = self._processes
         stats = self.stats
         events: list[Event] = []
         stepped = lines = 0
         self.at_end = False
+        # reading ahead, a batch is what the caller handles next (the walk goes on while the caller works)
+        chunk = limit if self._ahead is not None else TRIM_CHECK_EVERY
         while stepped < limit:
             entries, status, n, errors = batch(
                 r,
-                min(TRIM_CHECK_EVERY, limit - stepped),
+                min(chunk, limit - stepped),
                 _STOP_BATCH,
                 processes,
                 MAX_MESSAGE_CHARS,
@@ -373,6 +389,9 @@ class JournalSource:
                     event = None
                 if event is not None:
                     events.append(event)
+                if self._ahead is not None:  # the caller handles these while the next batch is walked
+                    self._ahead.start(r, limit, _STOP_BATCH, processes, MAX_MESSAGE_CHARS)
+                    break
             elif status == AT_END:
                 self.at_end = True
                 break
@@ -386,14 +405,20 @@ class JournalSource:
         if stepped:
             stats.entries += stepped
             self._pages.bound(self.at_end)
-            try:
-                self._cursor = r._get_cursor()
-                stats.last_timestamp = r._get_realtime() / 1e6
+            ahead = self._ahead.position() if self._ahead is not None else None
+            try:  # a walk reading ahead owns the reader: it said where the events handed out end
+                self._cursor, stats.last_timestamp = ahead or (r._get_cursor(), r._get_realtime() / 1e6)
             except OSError:
                 pass
         if self.at_end:  # everything written was passed, what the matches skipped included
             stats.last_timestamp = max(stats.last_timestamp, self.newest_timestamp() or 0.0)
         return events
+
+    def start_reading(self, limit: int) -> None:
+        """Reading ahead (`once`, the C reader): walk the next `limit` entries now, in a thread, while the caller
+        prepares its first read() (`diagnose` loads its library); without it, nothing."""
+        if self._ahead is not None:
+            self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS)
 
     def _count_vacuumed(self) -> None:
         """Journal files went away (a vacuum) while reading was behind: count the entries after the
@@ -430,19 +455,8 @@ class JournalSource:
     def _first_line(self, get, realtime, unit_raw: bytes) -> LogLine | None:
         """A line the batch readers stopped on: its process is new (its template is made and kept, and
         this line carries its command line), or it is read outside `read()` (`run_so_far`)."""
-        try:
-            message = get("MESSAGE")
-            pid_raw = get("_PID")
-        except KeyError:
-            return None
-        template = self._processes.get((unit_raw, pid_raw))
-        cmdline = ""
-        if template is None:
-            template = self._processes.template(get, unit_raw, pid_raw)
-            cmdline = optional(get, "_CMDLINE") or ""
-        line = line_of(template, message_text(message[:MAX_MESSAGE_CHARS]), realtime() / 1e6)
-        line.cmdline = cmdline
-        self.stats.lines += 1
+        line = process_line(self._processes, get, realtime, unit_raw, line_of)
+        self.stats.lines += line is not None
         return line
 
     def _kernel_record(self, get, realtime, events: list[Event] | None = None) -> LifecycleRecord | None:
@@ -502,6 +516,7 @@ class JournalSource:
         the files' headers (the position stays; a second reader over a 12-file journal cost 25 ms, and the
         daemon asks every second while behind): how far reading is behind what was written
         (crashdoc_journal_lag_seconds), and where a long read is between the two ends (diagnose's progress)."""
+        self._walked.settle()
         try:
             usec = self.reader._get_start() if oldest else self.reader._get_end()
         except OSError:
@@ -511,16 +526,19 @@ class JournalSource:
     # --- waiting -------------------------------------------------------------------------
 
     def fileno(self) -> int:
+        self._walked.settle()
         return self.reader.fileno()
 
     def process(self) -> int:
         """Acknowledge an inotify wake-up (rotation, new files, appends)."""
+        self._walked.settle()
         change = self.reader.process()
         if change == journal.INVALIDATE:  # files added or removed: a vacuum may have taken unread entries
             self._invalidated = True
         return change
 
     def close(self) -> None:
+        self._walked.settle()
         self.reader.close()
 
     def rewatch(self, rules: Sequence[WatchRule]) -> None:
@@ -529,6 +547,34 @@ class JournalSource:
         is shared with the engine and the D-Bus watcher, so it changes in place."""
         self.units.rules = tuple(rules)
         self.units.forget()
+        self._walked.settle()
         self._processes.clear()  # a process of a unit no longer watched must not be read on
         self._names = self._journal_names()
         self._rematch()
+
+
+class WalkedEntries:
+    """The entries a read-ahead walk (`ReadAhead`, `diagnose`) kept for Python, read with the source's rules
+    (`_other_entry`'s), and the walk's hold on the reader: `settle()` before the reader is used outside read()."""
+
+    def __init__(self, source: JournalSource, ahead: ReadAhead | None) -> None:
+        self.source, self.ahead = source, ahead
+        if ahead is not None:
+            ahead.first_line, ahead.other_entry = self.first_line, self.other_entry
+
+    def settle(self) -> None:
+        if self.ahead is not None:
+            self.ahead.settle(self.source.reader)
+
+    def first_line(self, fields: dict[str, bytes], usec: int, unit_raw: bytes) -> LogLine | None:
+        """A process's first line (counted with its batch)."""
+        source = self.source
+        if source._role(unit_raw) is None:
+            return None
+        return process_line(source._processes, fields.__getitem__, lambda: usec, unit_raw, line_of)
+
+    def other_entry(self, fields: dict[str, bytes], usec: int) -> list[Event]:
+        """PID 1's record, a core dump or a kernel line: the events it makes, in order."""
+        found: list[Event] = []
+        event = self.source._other_entry(fields.__getitem__, lambda: usec, found)
+        return [*found, event] if event is not None else found

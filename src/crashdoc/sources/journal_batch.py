@@ -58,6 +58,33 @@ class Processes(dict[tuple[bytes, bytes], LogLine]):
             del self[key]
 
 
+def process_line(
+    processes: Processes,
+    get: Any,
+    realtime: Callable[[], int],
+    unit_raw: bytes,
+    make_line: Callable[[LogLine, str, float], LogLine] = line_of,
+) -> LogLine | None:
+    """A line a batch reader left to Python (its process may be new: then its template is made and kept, and the
+    line carries its command line); `get` reads the entry's fields (KeyError: absent), `realtime` its time."""
+    try:
+        message = get("MESSAGE")
+        pid_raw = get("_PID")
+    except KeyError:
+        return None
+    template = processes.get((unit_raw, pid_raw))
+    cmdline = ""
+    if template is None:
+        template = processes.template(get, unit_raw, pid_raw)
+        try:
+            cmdline = get("_CMDLINE").decode("utf-8", "replace")
+        except KeyError:
+            cmdline = ""
+    line = make_line(template, message_text(message[:MAX_MESSAGE_CHARS]), realtime() / 1e6)
+    line.cmdline = cmdline
+    return line
+
+
 Batch = tuple[list[LogLine], int, int, int]  # lines, status, entries stepped, damaged entries
 
 

@@ -1,0 +1,34 @@
+"""What the daemon keeps after a long run: derived signatures and RE2 programs it used once are not all
+kept (memory that grew with the journal's length), and matching answers the same without them."""
+
+from __future__ import annotations
+
+from crashdoc.matching.derived import DerivedLibrary, load_shipped
+from crashdoc.matching.matcher import _KeptPrograms, _LazyRegex
+from crashdoc.remedy.accepted import release_checks
+
+
+def test_a_releases_checks_leave_the_derived_signatures_unbuilt():
+    shipped = DerivedLibrary(load_shipped()._rows, load_shipped().releases)  # nothing built yet (not the shared one)
+    release = shipped.releases[-1]
+    checks = release_checks(shipped, release)
+    assert checks, "the shipped library has checks with conditions for its newest release"
+    assert shipped._built == {}  # none kept: the checks are all the caller keeps
+    again = DerivedLibrary(shipped._rows, shipped.releases)
+    kept = [
+        (s.exception_type, s.template, s.condition) for s in again.signatures() if s.condition and release in s.releases
+    ]
+    assert [(c.exception_type, c.message, c.condition) for c in checks] == kept
+
+
+def test_programs_of_patterns_searched_long_ago_are_dropped_and_built_again_on_use():
+    kept = _KeptPrograms(size=4)
+    regexes = [_LazyRegex(rf"^error {i}: (?P<what>\w+)$", kept) for i in range(10)]
+    for i, regex in enumerate(regexes):
+        assert regex.search(f"error {i}: boom") is not None
+    assert sum(r._compiled is not None for r in regexes) == 4  # the last four used
+    assert regexes[0]._compiled is None
+    m = regexes[0].search("error 0: again")
+    assert m is not None and m.group("what") == "again"
+    assert regexes[0]._compiled is not None and regexes[5]._compiled is None
+    assert regexes[0].search("error 1: other") is None
