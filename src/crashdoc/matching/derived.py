@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -355,13 +355,14 @@ class DerivedLibrary:
             sig = self._built[index] = from_record(_full(self._rows[index]), self.releases)
         return sig
 
-    def signatures(self, keep: bool = True) -> Iterable[DerivedSignature]:
-        """Every signature. `keep=False`: those not built yet are built for the caller alone, not kept (a
-        pass over all of them, e.g. a release's checks, would otherwise keep every shipped one: ~4 MB)."""
-        if keep:
-            return (self.signature(i) for i in range(len(self._rows)))
-        rows, releases, built = self._rows, self.releases, self._built
-        return (built.get(i) or from_record(_full(rows[i]), releases) for i in range(len(rows)))
+    def signatures(self) -> Iterable[DerivedSignature]:
+        """Every signature, built and kept (a release's checks use `records_in`, which keeps none)."""
+        return (self.signature(i) for i in range(len(self._rows)))
+
+    def records_in(self, release: str) -> Iterator[dict[str, Any]]:
+        """The records (as stored) whose sites include `release`: no site spelled out, no signature built."""
+        at = self.releases.index(release) if release in self.releases else -1
+        return (r for r in map(_full, self._rows) if any(a <= at <= b for a, b, *_ in _runs(r)))
 
     def get(self, id: str) -> DerivedSignature | None:
         if self._index is None:
@@ -482,6 +483,10 @@ def _compacted(record: dict[str, Any], known: Sequence[str]) -> dict[str, Any]:
     return {**record, "sites": runs}
 
 
+def fix_of(record: dict[str, Any]) -> tuple[FlagChange, ...]:
+    return tuple(FlagChange(c[0], c[1], c[2], c[3], len(c) > 4 and bool(c[4])) for c in record.get("fix", ()))
+
+
 def from_record(record: dict[str, Any], known: Sequence[str]) -> DerivedSignature:
     sites = tuple(
         (known[i], str(run[2]), int(run[3]), str(run[4])) for run in _runs(record) for i in range(run[0], run[1] + 1)
@@ -494,7 +499,7 @@ def from_record(record: dict[str, Any], known: Sequence[str]) -> DerivedSignatur
         flags=tuple(record.get("flags", ())),
         env=tuple(record.get("env", ())),
         condition=record.get("condition", ""),
-        fix=tuple(FlagChange(c[0], c[1], c[2], c[3], len(c) > 4 and bool(c[4])) for c in record.get("fix", ())),
+        fix=fix_of(record),
         summary=record.get("summary", ""),
         sites=sites,
         releases=tuple(s[0] for s in sites),

@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from crashdoc.events import Diagnosis, FlagChange
-from crashdoc.matching.derived import DerivedLibrary, release_key
+from crashdoc.matching.derived import DerivedLibrary, fix_of, release_key
 from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary, load_shipped
 from crashdoc.remedy.commandline import LaunchCommand
 from crashdoc.remedy.failing import Failure
@@ -76,10 +76,10 @@ def release_checks(derived: DerivedLibrary | None, release: str) -> list[Failure
     """The release's checks that crashdoc read from its source, with their conditions (for `search._ahead`)."""
     if derived is None or not release:
         return []
-    return [
-        Failure(sig.exception_type, sig.template, sig.condition, sig.kind, sig.fix, stage="resolve")
-        for sig in derived.signatures(keep=False)  # the few kept as Failures, not all built
-        if sig.condition and release in sig.releases
+    return [  # from the records: no signature built, no site spelled out
+        Failure(r["type"], r["template"], r["condition"], r.get("kind", "raise"), fix_of(r), stage="resolve")
+        for r in derived.records_in(release)
+        if r.get("condition")
     ]
 
 
