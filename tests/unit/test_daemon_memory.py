@@ -34,3 +34,16 @@ def test_programs_of_patterns_searched_long_ago_are_dropped_and_built_again_on_u
     assert m is not None and m.group("what") == "again"
     assert regexes[0]._compiled is not None and regexes[5]._compiled is None
     assert regexes[0].search("error 1: other") is None
+
+
+def test_a_search_reads_the_derived_data_the_matcher_has_not_read_for_itself_and_lets_it_go_with_it():
+    from crashdoc.matching.derived import _read_shipped
+    from crashdoc.remedy.accepted import FixSearch
+
+    unread = DerivedLibrary([], (), loader=_read_shipped)
+    search = FixSearch(derived=lambda: unread)
+    own = search._derived()
+    assert own is not None and own is not unread and search._derived() is own  # one copy per search object
+    assert len(own) == len(load_shipped()) and unread.unread_copy() is not None  # the matcher's is still unread
+    read = DerivedLibrary(load_shipped()._rows, load_shipped().releases)
+    assert FixSearch(derived=read)._derived() is read  # read already: shared

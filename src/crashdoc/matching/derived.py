@@ -306,9 +306,8 @@ def _stored_row(record: dict[str, Any]) -> list[Any]:
 class DerivedLibrary:
     """Derived records (plain dicts as stored) and the objects and RE2 programs built from them on use.
 
-    `loader`, when given, reads the records on first use instead: a process whose every crash
-    a reviewed signature explains (or that sees none) never reads the shipped data.
-    """
+    `loader`, when given, reads the records on first use instead: a process whose every crash a reviewed signature
+    explains (or that sees none) never reads the shipped data (`unread_copy`: one more reader of it, or None)."""
 
     def __init__(
         self,
@@ -316,9 +315,7 @@ class DerivedLibrary:
         releases: tuple[str, ...],
         loader: Callable[[], tuple[list[Row], tuple[str, ...]]] | None = None,
     ) -> None:
-        self._records = records
-        self._releases = releases
-        self._loader = loader
+        self._records, self._releases, self._loader = records, releases, loader
         self._built: dict[int, DerivedSignature] = {}
         self._index: dict[str, int] | None = None
         self._buckets: dict[str, list[int]] | None = None
@@ -329,6 +326,9 @@ class DerivedLibrary:
         if self._loader is not None:
             loader, self._loader = self._loader, None
             self._records, self._releases = loader()
+
+    def unread_copy(self) -> DerivedLibrary | None:
+        return DerivedLibrary([], (), loader=self._loader) if self._loader is not None else None
 
     @property
     def records(self) -> list[dict[str, Any]]:

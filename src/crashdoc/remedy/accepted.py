@@ -202,6 +202,20 @@ class FixSearch:
         self._derived_now = derived if callable(derived) else lambda: derived
         self._facts, self.budget = facts, budget
         self._checks: dict[tuple[int, str], list[Failure]] = {}
+        self._own: tuple[DerivedLibrary, DerivedLibrary] | None = None
+
+    def _derived(self) -> DerivedLibrary | None:
+        """The derived library; one the matcher has not read yet is read for this search object alone, so the
+        daemon lets it go with the search (~3 MB) instead of keeping it for the matcher's sake."""
+        derived = self._derived_now()
+        if derived is None:
+            return None
+        if self._own is None or self._own[0] is not derived:
+            own = derived.unread_copy()
+            if own is None:
+                return derived
+            self._own = (derived, own)
+        return self._own[1]
 
     @property
     def facts(self) -> FactsLibrary:
@@ -224,7 +238,7 @@ class FixSearch:
         if not searchable(d) or (command is None and (d.fix.why or any(not c.placeholder for c in d.fix.changes))):
             return d  # without the command, what it sets is unknown: a fix the diagnosis has (or computed) stands
         release = d.sglang_release or None
-        derived = self._derived_now()
+        derived = self._derived()
         chosen, note = facts_for(self.facts, release)
         understand = understand_with(derived, release)
         checks: list[Failure] = []
