@@ -9,8 +9,10 @@ from __future__ import annotations
 import argparse
 import gc
 import importlib
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from crashdoc import __version__
 from crashdoc.errors import EXIT_INTERRUPTED, EXIT_OK, EXIT_PROBLEM, EXIT_USAGE, UserError
@@ -65,15 +67,35 @@ def _release_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
-        prog="crashdoc",
-        description="Why is this SGLang unit crash-looping, and which flag fixes it?",
-    )
-    parser.add_argument("--version", action="version", version=f"crashdoc {__version__}")
-    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+def _columns() -> int:
+    """The terminal's width as `shutil.get_terminal_size` says it ($COLUMNS, else the terminal's, else 80), read
+    without importing `shutil` (with `bz2`, `lzma` and `fnmatch`: ~2 ms of every start), which argparse's help
+    formatter imports for every argument added."""
+    try:
+        columns = int(os.environ["COLUMNS"])
+    except (KeyError, ValueError):
+        columns = 0
+    if columns > 0:
+        return columns
+    try:
+        size = os.get_terminal_size(sys.__stdout__.fileno())  # type: ignore[union-attr]
+    except (AttributeError, ValueError, OSError):
+        return 80
+    return size.columns or 80
 
-    run = sub.add_parser("run", help="run the daemon (journal + D-Bus -> metrics, alerts, HTTP view)")
+
+class HelpFormatter(argparse.HelpFormatter):
+    """argparse's help formatter with the width it would compute itself (the terminal's less 2), `shutil` left out."""
+
+    def __init__(self, prog: str, indent_increment: int = 2, max_help_position: int = 24, width: int | None = None):
+        super().__init__(prog, indent_increment, max_help_position, _columns() - 2 if width is None else width)
+
+
+class RawDescriptionHelpFormatter(HelpFormatter, argparse.RawDescriptionHelpFormatter):
+    """The same for descriptions and epilogs kept as written (the exit status table)."""
+
+
+def _run_args(run: argparse.ArgumentParser) -> None:
     run.add_argument(
         "--config",
         metavar="FILE",
@@ -113,13 +135,8 @@ def build_parser() -> argparse.ArgumentParser:
         help="follow journal files in DIR instead of the system journal (default: the system journal)",
     )
 
-    diagnose = sub.add_parser(
-        "diagnose",
-        help="one-shot diagnosis from the host journal or journal files",
-        description="One-shot diagnosis of the SGLang units in the host journal (or copied journal files).",
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+
+def _diagnose_args(diagnose: argparse.ArgumentParser) -> None:
     diagnose.add_argument(
         "--unit",
         action="append",
@@ -154,14 +171,8 @@ def build_parser() -> argparse.ArgumentParser:
     _library_args(diagnose)
     _release_args(diagnose)
 
-    explain = sub.add_parser(
-        "explain",
-        help="diagnose pasted logs (plain, journalctl -o cat or -o short*)",
-        description="Diagnose pasted logs: plain SGLang logs, journalctl -o cat or -o short*, and their shapes in "
-        "tickets and chats.",
-        epilog=EXIT_STATUS,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
+
+def _explain_args(explain: argparse.ArgumentParser) -> None:
     explain.add_argument(
         "files", nargs="*", metavar="FILE", help="log files; `-` reads standard input (default: standard input)"
     )
@@ -183,7 +194,8 @@ def build_parser() -> argparse.ArgumentParser:
     _library_args(explain)
     _release_args(explain)
 
-    demo = sub.add_parser("demo", help="boot a private systemd with crash-looping demo units and diagnose them")
+
+def _demo_args(demo: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--listen",
         metavar="HOST:PORT",
@@ -196,24 +208,32 @@ def build_parser() -> argparse.ArgumentParser:
         help="keep the sandbox and daemon running until Ctrl-C or SIGTERM (default: stop after the diagnosis)",
     )
 
-    check = sub.add_parser("check-config", help="validate a configuration file")
+
+def _check_config_args(check: argparse.ArgumentParser) -> None:
     check.add_argument("file", metavar="FILE", help="the YAML configuration to check")
 
-    sigs = sub.add_parser("signatures", help="the signature library: list, test, lint, mine, derive")
+
+def _signatures_args(sigs: argparse.ArgumentParser) -> None:
     sigs_sub = sigs.add_subparsers(dest="action", metavar="ACTION")
-    lst = sigs_sub.add_parser("list", help="id, category, severity, flags, source")
+    lst = sigs_sub.add_parser("list", help="id, category, severity, flags, source", formatter_class=HelpFormatter)
     lst.add_argument("dirs", nargs="*", metavar="DIR", help="signature folders (default: the built-in library)")
     lst.add_argument("--json", action="store_true", help="print JSON (default: a table)")
     for name, text in (("test", "run every example of every signature"), ("lint", "schema, regexes, ids, overlaps")):
-        p = sigs_sub.add_parser(name, help=text)
+        p = sigs_sub.add_parser(name, help=text, formatter_class=HelpFormatter)
         p.add_argument("dirs", nargs="*", metavar="DIR", help="signature folders (default: the built-in library)")
-    mine = sigs_sub.add_parser("mine", help="candidate signatures from an SGLang source tree or package")
+    mine = sigs_sub.add_parser(
+        "mine", help="candidate signatures from an SGLang source tree or package", formatter_class=HelpFormatter
+    )
     mine.add_argument("path", metavar="PATH", help="an SGLang source tree, wheel or installed package")
     mine.add_argument("--out", metavar="DIR", help="write candidate YAML files here (default: write nothing)")
     mine.add_argument("--json", action="store_true", help="print the coverage report as JSON (default: text)")
     _library_args(mine)
 
-    derive = sigs_sub.add_parser("derive", help="derived signatures from an SGLang source tree, wheel or site-packages")
+    derive = sigs_sub.add_parser(
+        "derive",
+        help="derived signatures from an SGLang source tree, wheel or site-packages",
+        formatter_class=HelpFormatter,
+    )
     derive.add_argument("--source", required=True, metavar="DIR|WHEEL", help="the SGLang tree, wheel or site-packages")
     derive.add_argument(
         "--out", metavar="FILE", help="write the derived data (gzip'd JSON, as shipped) here (default: write nothing)"
@@ -222,14 +242,69 @@ def build_parser() -> argparse.ArgumentParser:
         "--json", action="store_true", help="print every derived signature as JSON (default: a summary)"
     )
 
-    runbooks = sub.add_parser("runbooks", help="runbooks as Markdown")
+
+def _runbooks_args(runbooks: argparse.ArgumentParser) -> None:
     rb_sub = runbooks.add_subparsers(dest="action", metavar="ACTION")
-    render = rb_sub.add_parser("render", help="write every signature's runbook as Markdown into DIR")
+    render = rb_sub.add_parser(
+        "render", help="write every signature's runbook as Markdown into DIR", formatter_class=HelpFormatter
+    )
     render.add_argument(
         "dir", metavar="DIR", help="the folder to write into (pages of signatures that are gone are removed)"
     )
     _library_args(render)
+
+
+# subcommand -> (its add_parser keywords, what adds its arguments), in the order `crashdoc --help` lists them
+SUBCOMMANDS: dict[str, tuple[dict[str, Any], Callable[[argparse.ArgumentParser], None]]] = {
+    "run": ({"help": "run the daemon (journal + D-Bus -> metrics, alerts, HTTP view)"}, _run_args),
+    "diagnose": (
+        {
+            "help": "one-shot diagnosis from the host journal or journal files",
+            "description": "One-shot diagnosis of the SGLang units in the host journal (or copied journal files).",
+            "epilog": EXIT_STATUS,
+            "formatter_class": RawDescriptionHelpFormatter,
+        },
+        _diagnose_args,
+    ),
+    "explain": (
+        {
+            "help": "diagnose pasted logs (plain, journalctl -o cat or -o short*)",
+            "description": "Diagnose pasted logs: plain SGLang logs, journalctl -o cat or -o short*, and their shapes "
+            "in tickets and chats.",
+            "epilog": EXIT_STATUS,
+            "formatter_class": RawDescriptionHelpFormatter,
+        },
+        _explain_args,
+    ),
+    "demo": ({"help": "boot a private systemd with crash-looping demo units and diagnose them"}, _demo_args),
+    "check-config": ({"help": "validate a configuration file"}, _check_config_args),
+    "signatures": ({"help": "the signature library: list, test, lint, mine, derive"}, _signatures_args),
+    "runbooks": ({"help": "runbooks as Markdown"}, _runbooks_args),
+}
+
+
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The whole command line, or (`only`: the subcommand chosen) that subcommand's arguments alone: the others
+    are listed by name and help, as `crashdoc --help` shows them, without their arguments (~2 ms of a start)."""
+    parser = argparse.ArgumentParser(
+        prog="crashdoc",
+        description="Why is this SGLang unit crash-looping, and which flag fixes it?",
+        formatter_class=HelpFormatter,
+    )
+    parser.add_argument("--version", action="version", version=f"crashdoc {__version__}")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND")
+    for name, (keywords, add_arguments) in SUBCOMMANDS.items():
+        if only is None or name == only:
+            add_arguments(sub.add_parser(name, **{"formatter_class": HelpFormatter, **keywords}))
+        else:
+            sub.add_parser(name, help=keywords["help"], add_help=False)
     return parser
+
+
+def chosen_command(argv: Sequence[str]) -> str | None:
+    """The subcommand `argv` names (crashdoc's own options take no value: its first other word), or None."""
+    word = next((w for w in argv if not w.startswith("-")), None)
+    return word if word in SUBCOMMANDS else None
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -237,8 +312,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     if own_process:
         gc.disable()  # parsing and imports make no garbage: collections meanwhile would walk what they build (~3 ms;
         # a usage error or help ends the process with it off)
-    parser = build_parser()
-    args = parser.parse_args(with_dash_values(parser, sys.argv[1:] if argv is None else list(argv)))
+    words = sys.argv[1:] if argv is None else list(argv)
+    parser = build_parser(chosen_command(words))
+    args = parser.parse_args(with_dash_values(parser, words))
     if args.command is None:
         parser.print_help()
         return EXIT_USAGE

@@ -11,6 +11,36 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from crashdoc.diagnosis_records import Diagnosis as Diagnosis
+    from crashdoc.diagnosis_records import Fix as Fix
+    from crashdoc.diagnosis_records import FixTarget as FixTarget
+    from crashdoc.diagnosis_records import RootCause as RootCause
+    from crashdoc.gpu_events import GpuEvent as GpuEvent
+    from crashdoc.gpu_events import GpuInfo as GpuInfo
+    from crashdoc.gpu_events import GpuMap as GpuMap
+    from crashdoc.gpu_events import HostGpus as HostGpus
+    from crashdoc.gpu_events import UnitDevices as UnitDevices
+
+# Records only some paths make, named here too and imported at their first use (issue 26: `explain` of one line):
+# a log without kernel lines never builds the GPU paths' classes (crashdoc.gpu_events), one without a failure
+# never builds a diagnosis's (crashdoc.diagnosis_records).
+_ELSEWHERE = {
+    **dict.fromkeys(("GpuEvent", "GpuInfo", "GpuMap", "HostGpus", "UnitDevices"), "crashdoc.gpu_events"),
+    **dict.fromkeys(("Diagnosis", "Fix", "FixTarget", "RootCause"), "crashdoc.diagnosis_records"),
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _ELSEWHERE.get(name)
+    if module is not None:
+        import importlib
+
+        return getattr(importlib.import_module(module), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+
 
 CATEGORIES: tuple[str, ...] = (
     "flag-conflict",
@@ -43,12 +73,16 @@ ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
 @dataclass(frozen=True, slots=True)
 class WatchRule:
+    """Which units crashdoc watches (a name or a glob) and the role they play in a PD deployment."""
+
     pattern: str  # unit name or glob
     role: str = "any"
 
 
 @dataclass(frozen=True, slots=True)
 class Thresholds:
+    """When crashes make a loop and when a loop is over: the configuration's `thresholds:`."""
+
     startup_crashes: int = 2  # consecutive crash-before-ready runs that make a loop
     runtime_crashes: int = 3  # crashes after ready, within runtime_window, that make a loop
     runtime_window: float = 600.0
@@ -88,6 +122,8 @@ class Lifecycle(StrEnum):
 
 @dataclass(slots=True)
 class LifecycleRecord:
+    """What PID 1 (or a core dump) logged about a unit: a start, an exit, a restart scheduled, a failure."""
+
     unit: str
     kind: Lifecycle
     timestamp: float = 0.0
@@ -138,81 +174,13 @@ class LaunchFacts:
     sglang_release_from: str = ""  # where it was read
 
 
-@dataclass(slots=True, frozen=True)
-class GpuEvent:
-    """A GPU fault the NVIDIA driver wrote to the kernel log (an Xid, an NVSwitch SXid, a GPU that fell off the
-    bus, ...). Read only from kernel lines (`_TRANSPORT=kernel`, or a paste's dmesg and `kernel:` lines): a unit
-    that prints "NVRM: Xid" on its own stdout has written no kernel line."""
-
-    kind: str  # xid | sxid | fallen-off-bus | reset-required | init-failed | ecc | driver-loaded
-    timestamp: float = 0.0  # seconds since the epoch; 0.0 when the line only said the time since boot
-    bus_id: str = ""  # the device's PCI address as "0000:c1:00.0" ("" when the line names none)
-    code: int | None = None  # the Xid or SXid number
-    pid: int | None = None  # the process the driver named (`pid=`); None when it named none or '<unknown>'
-    process: str = ""  # that process's name (`name=`)
-    detail: str = ""  # the driver's words after the code
-    severity: str = ""  # the line's own word where it has one: "fatal" or "non-fatal" (SXid, Xid 144-150)
-    recovery: str = ""  # Xid 154: the recovery action the driver now asks for, as it says it
-    uuid: str = ""  # the GPU's UUID when the driver named it ("NVRM: GPU at PCI:...: GPU-...")
-    uptime: float | None = None  # dmesg's seconds since boot, when the line carried them
-    text: str = ""  # the kernel line as logged (bounded)
-
-
-@dataclass(frozen=True, slots=True)
-class GpuInfo:
-    """One GPU of the host as the NVIDIA driver lists it (/proc/driver/nvidia/gpus/<bus id>/information)."""
-
-    index: int  # nvidia-smi's index: the place in PCI bus order
-    bus_id: str  # "0000:c1:00.0"
-    uuid: str = ""  # "GPU-5f3a..."
-    minor: int | None = None  # /dev/nvidiaN (not always the index)
-    model: str = ""
-
-
-@dataclass(frozen=True, slots=True)
-class GpuMap:
-    """The host's GPUs by PCI address, index and UUID (empty where the NVIDIA driver is not loaded)."""
-
-    gpus: tuple[GpuInfo, ...] = ()
-    problems: tuple[str, ...] = ()  # files that could not be read, said plainly
-
-    def by_bus(self, bus_id: str) -> GpuInfo | None:
-        return next((g for g in self.gpus if g.bus_id == bus_id), None)
-
-    def by_index(self, index: int) -> GpuInfo | None:
-        return next((g for g in self.gpus if g.index == index), None)
-
-    def by_uuid(self, uuid: str) -> GpuInfo | None:
-        wanted = uuid.lower()
-        # CUDA_VISIBLE_DEVICES may hold a UUID's unique prefix ("GPU-5f3a8e2c")
-        found = [g for g in self.gpus if g.uuid and g.uuid.lower().startswith(wanted)]
-        return found[0] if len(found) == 1 else None
-
-
-@dataclass(frozen=True, slots=True)
-class HostGpus:
-    """The host's GPUs, read by the runtime before the engine's step (at start, and again when the driver
-    loads): what turns an Xid's PCI address into the GPU index a unit's CUDA_VISIBLE_DEVICES names."""
-
-    gpus: GpuMap
-    where: str = ""  # the folder it was read from
-
-
-@dataclass(frozen=True, slots=True)
-class UnitDevices:
-    """A unit's CUDA_VISIBLE_DEVICES as systemd starts it (Environment=, then its EnvironmentFile=s, which win),
-    read by the runtime before the engine's step: which host GPU each of the unit's CUDA devices is."""
-
-    unit: str
-    visible_devices: str | None  # None: not set (device N is GPU N)
-    where: str = ""  # "Environment=", or the environment file that set it
-
-
 # --- assembly --------------------------------------------------------------------------
 
 
 @dataclass(slots=True, frozen=True)
 class Frame:
+    """One frame of a Python traceback: where the code was and what it ran."""
+
     file: str
     line: int
     function: str
@@ -285,30 +253,10 @@ class Match:
 # --- diagnosis -------------------------------------------------------------------------
 
 
-@dataclass(frozen=True, slots=True)
-class FixTarget:
-    """What a diagnosis's changes are applied to, as the engine saw it: the remedy stage (outside the
-    engine) reads the launch script, /proc and /sys, and runs SGLang's checks, from these."""
-
-    cmdline: tuple[str, ...] = ()  # the run's command: D-Bus's ExecStart, or the argv journald logged
-    exec_start: tuple[str, ...] = ()  # D-Bus's ExecStart alone: the only command crashdoc runs a check with
-    drop_in_paths: tuple[str, ...] = ()
-    numa_policy: str = ""
-    numa_mask: str = ""
-    cpu_affinity: str = ""
-    safety: str = ""  # the signature's `fix.safety` check ("" for none)
-    kv_cache: tuple[tuple[int, str], ...] = ()  # (PID, text) of the run's "KV Cache is allocated" lines
-
-
-@dataclass(slots=True)
-class RootCause:
-    type: str
-    message: str
-    line: str
-
-
 @dataclass(slots=True)
 class FlagChange:
+    """One change a fix makes to a launch command: a flag replaced, removed, added or set."""
+
     action: str  # replace, remove, add, set
     flag: str
     value: str | None = None
@@ -316,49 +264,3 @@ class FlagChange:
     # the value is the operator's to choose (`<head-node-host>:<port>`): shown in the corrected command,
     # never written into a file, so no apply command is offered until it is filled in
     placeholder: bool = False
-
-
-@dataclass(slots=True)
-class Fix:
-    summary: str
-    changes: list[FlagChange] = field(default_factory=list)
-    command: str | None = None  # the corrected command line, secrets redacted
-    diff: str | None = None  # unified diff of the file to edit (script or drop-in)
-    apply: list[str] = field(default_factory=list)  # commands a human runs to apply it
-    rollback: list[str] = field(default_factory=list)
-    warnings: list[str] = field(default_factory=list)  # safety check results
-    why: list[str] = field(default_factory=list)  # how a computed value follows from the run's own numbers
-    verified: str | None = None  # what SGLang's own argument checks said of the corrected command (None: not tried)
-
-
-@dataclass(frozen=True, slots=True)
-class Diagnosis:
-    """One failure as an on-call engineer reads it. Its `fix` holds the changes (flag, value); the remedy
-    stage adds the command, diff and checks for `target`, and hands on a copy."""
-
-    unit: str
-    signature: str | None
-    title: str
-    category: str
-    severity: str
-    root_cause: RootCause
-    flags: list[str]
-    fix: Fix
-    fingerprint: str
-    evidence: list[str] = field(default_factory=list)
-    restarts: int | None = None
-    invocation: str = ""
-    captures: dict[str, str] = field(default_factory=dict)
-    confidence: float = 1.0
-    crashes: int = 1
-    exit: str | None = None  # "killed by SIGKILL", "exit status 1"
-    timestamp: float = 0.0
-    config_change: dict[str, object] | None = None  # the edit that started the loop, with the flag diff
-    derived: bool = False  # answered by a signature derived from SGLang's source, not a reviewed one
-    subsystem: str = ""  # which part of SGLang failed (the same value as `category`, kept for compatibility)
-    kind: str = ""  # what kind of failure: one of KINDS, or HARDWARE (a GPU fault: diagnosis.hardware decides it)
-    handled: str = ""  # for a warning: why the traceback did not end the process ("" for a failure)
-    sglang_release: str | None = None  # the SGLang release the unit runs, when known (JSON: sglang_version)
-    sglang_release_from: str | None = None  # how crashdoc knows it: the interpreter's files, the log, an option
-    version_note: str | None = None  # the matched check exists only in other releases than the unit's
-    target: FixTarget | None = None  # None: written by a crashdoc that applied fixes in the engine (final)

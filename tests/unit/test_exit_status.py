@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.cli import build_parser, with_dash_values
+from crashdoc.cli import SUBCOMMANDS, _subparser, build_parser, chosen_command, with_dash_values
 from crashdoc.config import DEFAULT_LISTEN, DEFAULT_STATE_DIRECTORY, Config
 from support.e2e import CRASHDOC
 from support.journal_files import DSV4, TRACEBACK, UNIT, crash_loop_entries, needs_journal_remote, write_journal
@@ -200,3 +200,42 @@ def test_a_command_group_without_an_action_behaves_like_crashdoc_alone() -> None
     alone, signatures, runbooks = crashdoc(), crashdoc("signatures"), crashdoc("runbooks")
     assert alone.returncode == signatures.returncode == runbooks.returncode == 2
     assert alone.stdout.startswith("usage: crashdoc ") and signatures.stdout.startswith("usage: crashdoc signatures")
+
+
+def test_the_chosen_subcommand_alone_gives_the_same_help_and_parse() -> None:
+    """`crashdoc CMD` builds CMD's arguments only: every help text and parse is the whole parser's."""
+    import argparse
+
+    whole = {name: p.format_help() for name, p in _parsers().items()}  # type: ignore[attr-defined]
+    for command in SUBCOMMANDS:
+        parser = build_parser(command)
+        assert parser.format_help() == whole["crashdoc"], command
+        assert parser.format_usage() == build_parser().format_usage(), command
+        todo = [(f"crashdoc {command}", _subparser(parser, command))]
+        while todo:
+            name, p = todo.pop()
+            assert isinstance(p, argparse.ArgumentParser) and p.format_help() == whole[name], name
+            todo += [
+                (f"{name} {k}", c)
+                for a in p._actions
+                if isinstance(a, argparse._SubParsersAction)
+                for k, c in a.choices.items()
+            ]
+    argv = ["explain", "--json", "--sglang-version", "0.5.23", "a.log", "-"]
+    assert chosen_command(argv) == "explain" and chosen_command(["--version"]) is None
+    assert chosen_command(["bogus"]) is None
+    assert vars(build_parser("explain").parse_args(argv)) == vars(build_parser().parse_args(argv))
+
+
+def test_the_help_width_is_argparse_own(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The formatter that leaves `shutil` unimported wraps help at the width argparse's own would."""
+    import argparse
+
+    from crashdoc.cli import HelpFormatter
+
+    for columns in ("", "57", "203", "-3", "wide"):
+        if columns:
+            monkeypatch.setenv("COLUMNS", columns)
+        else:
+            monkeypatch.delenv("COLUMNS", raising=False)
+        assert HelpFormatter("crashdoc")._width == argparse.HelpFormatter("crashdoc")._width, columns

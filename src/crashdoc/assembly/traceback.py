@@ -54,6 +54,8 @@ _EMPTY: tuple[Traceback, ...] = ()
 
 @dataclass(slots=True)
 class Limits:
+    """Bounds on what one traceback may hold, so that a flood or a deep recursion stays small."""
+
     max_frames: int = 120  # keep the first 20 and the last 100 of a deep recursion
     max_message_lines: int = 80
     max_text_chars: int = 16 * 1024  # also bounds a message's characters (after its first line)
@@ -63,6 +65,8 @@ class Limits:
 
 @dataclass(slots=True)
 class _Pending:
+    """A traceback being assembled for one process: what has been read of it so far."""
+
     unit: str
     pid: int
     invocation: str

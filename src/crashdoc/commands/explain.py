@@ -21,15 +21,15 @@ from crashdoc.commands.pipeline import (
     sglang_python_option,
 )
 from crashdoc.errors import EXIT_CANNOT_RUN, EXIT_FAILURE_FOUND, EXIT_OK, EXIT_READ_NOTHING
-from crashdoc.events import Diagnosis
 
 if TYPE_CHECKING:
+    from crashdoc.events import Diagnosis
     from crashdoc.sources.textinput import TextInput
 
 PROBLEM_EXIT = EXIT_CANNOT_RUN  # a UserError here (library, --sglang-source) is no verdict on the log
 
 # (name, diagnoses, warnings, what could not be read: "" when the input was read)
-Explained = tuple[str, list[Diagnosis], list[Diagnosis], str]
+Explained = tuple[str, list["Diagnosis"], list["Diagnosis"], str]
 
 
 def main(args: argparse.Namespace) -> int:

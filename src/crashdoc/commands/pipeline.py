@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING
 from crashdoc.diagnosis.engine import Engine, feed
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.errors import UsageError, UserError
-from crashdoc.events import Diagnosis, Thresholds
+from crashdoc.events import Thresholds
 from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher
@@ -24,7 +24,7 @@ from crashdoc.matching.matcher import Matcher
 if TYPE_CHECKING:
     from crashdoc.diagnosis.report import UnitContext
     from crashdoc.diagnosis.rootcause import Finding
-    from crashdoc.events import Fix
+    from crashdoc.events import Diagnosis, Fix
     from crashdoc.sources.textinput import TextInput
 
 

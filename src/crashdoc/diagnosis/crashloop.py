@@ -13,10 +13,13 @@ from __future__ import annotations
 from collections import Counter, deque
 from dataclasses import dataclass, field
 from enum import StrEnum
+from typing import TYPE_CHECKING
 
-from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Run
 from crashdoc.events import Thresholds
+
+if TYPE_CHECKING:  # the judgment is imported where a run failed: a healthy log never needs it
+    from crashdoc.diagnosis.rootcause import Finding
 
 KEEP_CRASHES = 200  # crashes remembered per unit (for the dominant root cause)
 KEEP_TRACEBACKS = 5  # of which the latest keep their full traceback
@@ -32,6 +35,8 @@ class LoopState(StrEnum):
 
 @dataclass(slots=True)
 class Crash:
+    """One crash the loop tracker counts: when, whether before ready, how it ended and its root cause."""
+
     invocation: str
     at: float
     before_ready: bool
@@ -43,6 +48,8 @@ class Crash:
 
 @dataclass(slots=True)
 class Transition:
+    """A change of a unit's loop state, for the verdicts and the events others act on."""
+
     unit: str
     old: LoopState
     new: LoopState
@@ -52,6 +59,8 @@ class Transition:
 
 @dataclass(slots=True)
 class LoopTracker:
+    """Whether a unit is crash-looping: its recent crashes against the thresholds."""
+
     unit: str
     thresholds: Thresholds = field(default_factory=Thresholds)
     state: LoopState = LoopState.HEALTHY

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TypeAlias
 
 from crashdoc.assembly.markers import (
     SERVING_LITERALS,
@@ -30,32 +30,21 @@ from crashdoc.assembly.markers import (
     parse_server_args,
 )
 from crashdoc.assembly.traceback import TracebackAssembler
-from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
+from crashdoc.diagnosis.lone import judge_lone
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.diagnosis.reporting import Reporter
-from crashdoc.diagnosis.rootcause import judge_lone
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
-from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
-from crashdoc.events import (
-    Diagnosis,
-    GpuEvent,
-    HostGpus,
-    LaunchFacts,
-    Lifecycle,
-    LifecycleRecord,
-    LogLine,
-    Thresholds,
-    Traceback,
-    UnitDevices,
-    UnitState,
-)
+from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
 from crashdoc.matching.matcher import Matcher
 
-if TYPE_CHECKING:  # made on the first GPU input: `explain` without kernel lines loads none of it
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
     from crashdoc.diagnosis.gpustate import GpuRecord
+    from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
+    from crashdoc.diagnosis_records import Diagnosis
+    from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
 
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
@@ -121,6 +110,8 @@ class Engine:
     def on_gpu(self, event: GpuEvent | HostGpus | UnitDevices) -> None:
         """A GPU fault the kernel logged (any process's: it is joined with the units here), or what the runtime read
         of the GPUs: the host's, or a unit's CUDA_VISIBLE_DEVICES."""
+        from crashdoc.gpu_events import GpuEvent, UnitDevices
+
         gpu = self._gpu_record()
         if not isinstance(event, GpuEvent):
             if isinstance(event, UnitDevices) and self._record(event.unit) is None:
@@ -205,7 +196,7 @@ class Engine:
             sig = matcher.library.get(match.signature_id)
             if sig is not None and sig.severity != "critical":
                 rec.line_failures[match.signature_id] += 1
-                self.verdicts.events.append(EngineEvent("line-failure", rec.name, line.timestamp))
+                self.verdicts.publish("line-failure", rec.name, line.timestamp)
 
     def on_lifecycle(self, record: LifecycleRecord) -> None:
         rec = self._record(record.unit)
@@ -293,6 +284,8 @@ class Engine:
         rec = self._units.get(unit)
         if rec is None:
             return
+        from crashdoc.diagnosis.configchange import FileChange  # the daemon's alone: a paste has no files
+
         rec.file_changes.append(FileChange(path, at))
         del rec.file_changes[:-MAX_FILE_CHANGES]
 
@@ -578,7 +571,7 @@ def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
         run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from
 
 
-FeedEvent = LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices
+FeedEvent: TypeAlias = "LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices"
 
 
 def feed(engine: Engine, events: Iterable[FeedEvent]) -> None:

@@ -10,13 +10,10 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.diagnosis.category import failure_kind
-from crashdoc.diagnosis.configchange import ConfigChange
-from crashdoc.diagnosis.rootcause import Finding
-from crashdoc.diagnosis.views import RunView
-from crashdoc.events import Diagnosis, Fix, FixTarget, FlagChange, RootCause, UnitState
+from crashdoc.events import FlagChange, UnitState
 from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
 from crashdoc.matching.derived import DerivedMatch, release_range
 from crashdoc.matching.flagnames import canonical
@@ -24,6 +21,12 @@ from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
 from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
 from crashdoc.text import LazyPattern
+
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
+    from crashdoc.diagnosis.configchange import ConfigChange
+    from crashdoc.diagnosis.rootcause import Finding
+    from crashdoc.diagnosis.views import RunView
+    from crashdoc.diagnosis_records import Diagnosis, Fix, FixTarget
 
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6
@@ -33,11 +36,13 @@ _UNSET = ("", "None", "False", "false", "[]", "{}")
 
 # Computes a signature's action from the run's own numbers (remedy.actions): may replace the fix's changes and
 # summary and say why. Pure: no I/O (the command, diff and checks come later, from the remedy stage).
-FixRefiner = Callable[[Finding, "UnitContext", Fix], None]
+FixRefiner = Callable[["Finding", "UnitContext", "Fix"], None]
 
 
 @dataclass(slots=True)
 class UnitContext:
+    """What a diagnosis says about the unit beside the finding: its command, restarts, state, release, peers."""
+
     unit: str
     role: str = "any"
     n_restarts: int | None = None
@@ -60,6 +65,9 @@ class DiagnosisBuilder:
     def build(
         self, finding: Finding, ctx: UnitContext, library: Library, crashes: int = 1, confidence: float = 1.0
     ) -> Diagnosis:
+        from crashdoc.diagnosis.category import failure_kind
+        from crashdoc.diagnosis_records import Diagnosis, Fix, RootCause
+
         sig = library.get(finding.signature_id) if finding.signature_id else None
         captures = dict(finding.match.captures) if finding.match else {}
         derived = finding.derived if sig is None else None
@@ -129,6 +137,8 @@ class DiagnosisBuilder:
 
     def unexplained(self, unit: str, ctx: UnitContext, crashes: int) -> Diagnosis:
         """A loop whose crashes left nothing to go on: say so, with what systemd saw."""
+        from crashdoc.diagnosis_records import Diagnosis, Fix, RootCause
+
         exit_text = ctx.run.exit if ctx.run is not None else None
         evidence = [f"main process {exit_text}"] if exit_text else []
         return Diagnosis(
@@ -185,6 +195,8 @@ class DiagnosisBuilder:
             warnings.append(placeholder_note(waiting))
         lever = changes[0].flag if changes else ""
         summary = render_text(sig.fix_summary, with_current(captures, flags, lever), flags, lever)
+        from crashdoc.diagnosis_records import Fix
+
         fix = Fix(summary=summary, changes=changes, warnings=warnings)
         if self._refine is not None and finding is not None:
             self._refine(finding, ctx, fix)
@@ -193,6 +205,8 @@ class DiagnosisBuilder:
 
 def fix_target(ctx: UnitContext, safety: str) -> FixTarget:
     """Where the remedy stage applies the changes: the run's command and the unit's settings as seen now."""
+    from crashdoc.diagnosis_records import FixTarget
+
     state = ctx.state
     markers = ctx.run.markers if ctx.run is not None else ()
     return FixTarget(

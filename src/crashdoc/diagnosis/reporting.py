@@ -8,16 +8,19 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
-from crashdoc.diagnosis.configchange import correlate
 from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
-from crashdoc.diagnosis.rootcause import Finding, line_findings, root_cause, traceback_finding
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
-from crashdoc.diagnosis.views import RunView, run_view
-from crashdoc.events import BAD_REQUEST, Diagnosis
+from crashdoc.events import BAD_REQUEST
 from crashdoc.matching.matcher import Facts, Matcher
+
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
+    from crashdoc.diagnosis.rootcause import Finding
+    from crashdoc.diagnosis.views import RunView
+    from crashdoc.diagnosis_records import Diagnosis
 
 # (release, where it came from) when no option, log line or interpreter says
 NO_RELEASE = ("", "")
@@ -72,6 +75,8 @@ class Reporter:
         )
 
     def run_view(self, run: Run) -> RunView:
+        from crashdoc.diagnosis.views import run_view  # made when asked for (a healthy paste asks for none)
+
         return run_view(run, self.flags(run))
 
     def context(self, rec: UnitRecord, run: Run | None) -> UnitContext:
@@ -79,6 +84,8 @@ class Reporter:
         cmdline = (run.cmdline if run is not None else ()) or (rec.state.exec_start if rec.state else ())
         change = None
         if rec.loop.looping and rec.loop.loop_started_at is not None:
+            from crashdoc.diagnosis.configchange import correlate  # a loop's start: what changed before it
+
             good = rec.last_good
             change = correlate(
                 rec.file_changes,
@@ -132,10 +139,13 @@ class Reporter:
     def crash_diagnoses(self, rec: UnitRecord) -> list[Diagnosis]:
         """One diagnosis per distinct root cause among the unit's crashed runs (no loop)."""
         groups: dict[str, tuple[Finding, Run, int]] = {}
+        crashed = [r for r in rec.runs.values() if r.crashed and (r.ended or r.ended_by_input)]
+        if not crashed:
+            return []
+        from crashdoc.diagnosis.rootcause import root_cause  # a run crashed: the judgment's first use
+
         matcher = self.matcher()
-        for run in rec.runs.values():
-            if not run.crashed or (not run.ended and not run.ended_by_input):
-                continue
+        for run in crashed:
             finding = root_cause(run, matcher, self.facts(rec, run))
             if finding is None:
                 continue
@@ -165,9 +175,14 @@ class Reporter:
 
     def _line_groups(self, rec: UnitRecord, critical: bool) -> list[tuple[Finding, Run, int]]:
         """The unit's line findings of one severity class, one per signature: (finding, its run, times seen)."""
-        matcher = self.matcher()
         found: dict[str, tuple[Finding, Run, int]] = {}
-        for run in rec.runs.values():
+        runs = [run for run in rec.runs.values() if run.line_hits]
+        if not runs:
+            return []
+        from crashdoc.diagnosis.rootcause import line_findings
+
+        matcher = self.matcher()
+        for run in runs:
             for finding in line_findings(run, matcher):
                 sig = matcher.library.get(finding.match.signature_id) if finding.match is not None else None
                 is_critical = sig is not None and sig.severity == "critical"
@@ -194,6 +209,8 @@ class Reporter:
                 first, _, count, who = groups.get(key, (h, run, 0, []))
                 who.extend(p for p in h.processes if p not in who)
                 groups[key] = (first, run, count + h.count, who)
+        if groups:
+            from crashdoc.diagnosis.rootcause import traceback_finding
         for h, run, count, who in groups.values():
             finding = traceback_finding(h.traceback, matcher, self.facts(rec, run))
             finding.processes = who[:16]

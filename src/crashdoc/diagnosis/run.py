@@ -35,6 +35,8 @@ MAX_LOOSE = 400
 
 @dataclass(slots=True)
 class LineHit:
+    """A line a line-level signature matched, with where it came in the run."""
+
     match: Match
     line: LogLine
     seq: int = 0  # the number of the line, in the order the engine read them
@@ -57,6 +59,8 @@ class Handled:
 
 @dataclass(slots=True)
 class Run:
+    """One systemd run of a unit (one invocation, or one pasted log): its lines' evidence and how it ended."""
+
     unit: str
     id: str
     started_at: float = 0.0

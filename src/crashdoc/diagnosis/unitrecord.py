@@ -8,18 +8,24 @@ from __future__ import annotations
 from collections import Counter, OrderedDict
 from dataclasses import dataclass, field
 from types import MappingProxyType
+from typing import TYPE_CHECKING
 
-from crashdoc.diagnosis.configchange import FileChange
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.run import Handled, Run
-from crashdoc.diagnosis.views import UnitView
-from crashdoc.events import Diagnosis, LaunchFacts, UnitState
+from crashdoc.events import LaunchFacts, UnitState
+
+if TYPE_CHECKING:  # imported where they are made: `explain` of a healthy log makes none of them
+    from crashdoc.diagnosis.configchange import FileChange
+    from crashdoc.diagnosis.views import UnitView
+    from crashdoc.diagnosis_records import Diagnosis
 
 MAX_LAUNCHES = 8  # commands whose launch facts a unit keeps (its ExecStart, the argv its processes logged)
 
 
 @dataclass(slots=True)
 class UnitRecord:
+    """The engine's working record of one watched unit: its runs, loop, state and counts."""
+
     name: str
     role: str
     loop: LoopTracker
@@ -61,6 +67,8 @@ class UnitRecord:
             del self.launches[next(iter(self.launches))]
 
     def view(self) -> UnitView:
+        from crashdoc.diagnosis.views import UnitView
+
         loop = self.loop
         return UnitView(
             name=self.name,

@@ -5,14 +5,17 @@ ends a loop. Each decision that others act on becomes an `EngineEvent` in the ou
 
 from __future__ import annotations
 
-from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
+from typing import TYPE_CHECKING
+
 from crashdoc.diagnosis.crashloop import LoopState, Transition
 from crashdoc.diagnosis.reporting import Reporter
-from crashdoc.diagnosis.rootcause import root_cause, traceback_finding
 from crashdoc.diagnosis.run import Handled, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
-from crashdoc.diagnosis.views import EngineEvent
 from crashdoc.events import HARDWARE, Thresholds
+
+if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
+    from crashdoc.diagnosis.views import EngineEvent
+    from crashdoc.diagnosis_records import Diagnosis
 
 SETTLE_GRACE = 1.0  # seconds a crash that logged nothing waits for its last lines
 
@@ -21,6 +24,12 @@ class Verdicts:
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
         self.events: list[EngineEvent] = []  # decided, not yet handed out (the outbox a snapshot keeps)
+
+    def publish(self, kind: str, unit: str, at: float, diagnosis: Diagnosis | None = None) -> None:
+        """An event into the outbox (`views` imported at the first: a healthy pasted log decides none)."""
+        from crashdoc.diagnosis.views import EngineEvent
+
+        self.events.append(EngineEvent(kind, unit, at, diagnosis))
 
     def judge(self, rec: UnitRecord, now: float) -> None:
         """The verdicts a unit's lines left due, in the order they arose: a run that ended before a newer one
@@ -57,6 +66,8 @@ class Verdicts:
         rec.pending_end = None
         if not run.crashed:
             return
+        from crashdoc.diagnosis.rootcause import root_cause  # a run crashed: the judgment's first use
+
         reporter = self.reporter
         finding = root_cause(run, reporter.matcher(), reporter.facts(rec, run))
         at = run.ended_at or run.last_line_at or now
@@ -70,7 +81,7 @@ class Verdicts:
         rec.loop.crashes[-1].hardware = hardware  # a GPU fault caused it: counted and grouped as such
         key = hardware or (finding.signature_id if finding is not None and finding.signature_id else "unknown")
         rec.crashes_by_signature[key] += 1
-        self.events.append(EngineEvent("crash", rec.name, at, crash_diagnosis))
+        self.publish("crash", rec.name, at, crash_diagnosis)
         self.transition(rec, transition)
         if rec.loop.looping and transition is None:
             self.refresh(rec, "loop-updated", now)
@@ -83,6 +94,8 @@ class Verdicts:
         crash = next((c for c in reversed(rec.loop.crashes) if c.invocation == run.id), None)
         if crash is None:
             return
+        from crashdoc.diagnosis.rootcause import root_cause
+
         finding = root_cause(run, self.reporter.matcher(), self.reporter.facts(rec, run))
         if finding is None or (crash.finding is not None and crash.finding.fingerprint == finding.fingerprint):
             return
@@ -92,6 +105,11 @@ class Verdicts:
 
     def count_handled(self, rec: UnitRecord, run: Run, handled: list[Handled]) -> None:
         """Tracebacks the run survived: counted by kind of failure, never a crash."""
+        if not handled:
+            return
+        from crashdoc.diagnosis.category import failure_kind, guess_category, guess_kind
+        from crashdoc.diagnosis.rootcause import traceback_finding
+
         for entry in handled:
             if not entry.kind:
                 if entry.kept:  # matched once per distinct error: a flood of the same warning costs a lookup
@@ -131,7 +149,7 @@ class Verdicts:
             rec.last_diagnosis = rec.diagnosis or rec.last_diagnosis
             rec.diagnosis = None
             kind = "recovered" if new is LoopState.RECOVERED else "stopped"
-            self.events.append(EngineEvent(kind, rec.name, transition.at, rec.last_diagnosis))
+            self.publish(kind, rec.name, transition.at, rec.last_diagnosis)
 
     def refresh(self, rec: UnitRecord, kind: str, at: float) -> None:
         """The loop's diagnosis made again; an event unless it is an update that changes nothing."""
@@ -142,4 +160,4 @@ class Verdicts:
         )
         rec.diagnosis = diagnosis
         if kind != "loop-updated" or changed:
-            self.events.append(EngineEvent(kind, rec.name, at, diagnosis))
+            self.publish(kind, rec.name, at, diagnosis)

@@ -10,9 +10,13 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.run import Run
-from crashdoc.events import Diagnosis, GpuMap, LogLine, Marker, Match, Traceback, UnitState
+from crashdoc.events import Diagnosis, LogLine, Marker, Match, Traceback, UnitState
+
+if TYPE_CHECKING:  # made by the GPU paths alone (crashdoc.gpu_events)
+    from crashdoc.gpu_events import GpuMap
 
 
 @dataclass(frozen=True, slots=True)

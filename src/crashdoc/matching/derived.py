@@ -37,6 +37,8 @@ _RELEASE_PART = LazyPattern(r"(\d+)|\.?(post|rc|dev|a|b)(\d*)")
 
 @dataclass(frozen=True, slots=True)
 class DerivedSignature:
+    """A check in SGLang's source that raises, as a signature: its message, flags, generic fix and releases."""
+
     id: str  # "derived-<12 hex>": hash of (exception type, template), stable across releases
     exception_type: str  # the short type: ValueError
     template: str  # SGLang's message with {} for its holes
@@ -138,6 +140,8 @@ def variable_fix(variable: str, template: str) -> tuple[tuple[FlagChange, ...], 
 
 @dataclass(frozen=True, slots=True)
 class DerivedMatch:
+    """A derived signature that matched an exception, with its captures and whether the release has it."""
+
     signature: DerivedSignature
     captures: dict[str, str]
     in_release: bool | None  # None when no release was asked for

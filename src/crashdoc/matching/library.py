@@ -33,6 +33,8 @@ MAX_PROGRAM_SIZE = 1000
 
 @dataclass(frozen=True, slots=True)
 class Problem:
+    """One thing wrong in a signature file, with where it is (the file:line the user fixes)."""
+
     file: str
     line: int
     message: str
@@ -47,6 +49,8 @@ class LibraryError(ProblemsError):
 
 @dataclass(frozen=True, slots=True)
 class Example:
+    """A log text a signature must match (or, as a near miss, must not), with what it captures."""
+
     text: str
     captures: dict[str, str] = field(default_factory=dict)
     context: dict[str, str] = field(default_factory=dict)
@@ -57,6 +61,8 @@ class Example:
 
 @dataclass(frozen=True, slots=True)
 class Signature:
+    """One reviewed signature of the library: what it matches and the diagnosis and fix it gives."""
+
     id: str
     title: str
     category: str
@@ -92,6 +98,8 @@ class Signature:
 
 @dataclass(frozen=True, slots=True)
 class Library:
+    """The signatures loaded from the library's folders, by id."""
+
     signatures: tuple[Signature, ...]
     folders: tuple[str, ...] = ()
     by_id: dict[str, Signature] = field(default_factory=dict, compare=False, repr=False)

@@ -97,6 +97,8 @@ class _LazyRegex:
 
 @dataclass(frozen=True, slots=True)
 class _Compiled:
+    """A signature with its message and frame patterns, compiled on first use."""
+
     signature: Signature
     message: _LazyRegex | None
     frame: _LazyRegex | None

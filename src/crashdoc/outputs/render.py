@@ -7,10 +7,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from crashdoc.events import Diagnosis
 from crashdoc.redact import REDACTED, is_secret_flag, redact
+
+if TYPE_CHECKING:  # printed once something failed: a healthy log's answer builds no diagnosis
+    from crashdoc.diagnosis_records import Diagnosis
 
 
 def diagnosis_dict(d: Diagnosis) -> dict[str, Any]:

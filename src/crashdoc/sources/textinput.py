@@ -16,7 +16,6 @@ Standard input larger than the head is spooled to an unnamed temporary file, so 
 from __future__ import annotations
 
 import codecs
-import shutil
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import BinaryIO
@@ -137,7 +136,8 @@ def open_input(path: str, stdin: BinaryIO | None = None, head_bytes: int = HEAD_
         head = stdin.read(head_bytes + 1)
         handle: BinaryIO | None = None
         if len(head) > head_bytes:
-            import tempfile  # only standard input is spooled: a file or a paste never pays its import
+            import shutil  # only standard input is spooled: a file or a paste never pays their imports
+            import tempfile
 
             handle = tempfile.TemporaryFile()  # noqa: SIM115 (closed by TextInput)
             handle.write(head)

@@ -1,0 +1,97 @@
+"""What `crashdoc explain` of a healthy one-line log imports: only what reading, matching and the engine's step
+need. The judgment (root cause, categories), the remedy, the daemon and the outputs it does not print are
+imported at their first use, so that a log without a failure starts fast (issue 26: bench/startup.py)."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+HEALTHY = "[2026-12-01 10:00:00 TP0] Decode batch, #running-req: 12, #token: 40312, token usage: 0.21\n"
+FAILED = (
+    "[2026-12-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/sglang/srt/managers/scheduler.py", line 10, in run\n'
+    "    raise RuntimeError('CUDA error: an illegal memory access was encountered')\n"
+    "RuntimeError: CUDA error: an illegal memory access was encountered\n"
+)
+
+# Run in a child: the modules `explain` left in sys.modules, after what it printed.
+_CHILD = """
+import json, runpy, sys
+sys.argv = ["crashdoc", "explain", sys.argv[1]]
+try:
+    runpy.run_module("crashdoc", run_name="__main__")
+except SystemExit:
+    pass
+print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("crashdoc", "shutil", "hashlib"))))
+"""
+
+# Never imported by explain of a healthy log (a prefix names a package and what is under it)
+NOT_FOR_A_HEALTHY_LOG = (
+    "crashdoc.diagnosis.rootcause",
+    "crashdoc.diagnosis.category",
+    "crashdoc.diagnosis.snapshot",
+    "crashdoc.diagnosis.gpustate",
+    "crashdoc.diagnosis.views",
+    "crashdoc.diagnosis.configchange",
+    "crashdoc.gpu_events",
+    "crashdoc.diagnosis_records",
+    "crashdoc.remedy",
+    "crashdoc.runtime",
+    "crashdoc.config",
+    "crashdoc.outputs.metrics",
+    "crashdoc.outputs.http",
+    "crashdoc.sources.journal",
+    "crashdoc.authoring",
+    "crashdoc.sandbox",
+    "shutil",  # with bz2 and lzma: argparse's help formatter and the spooling of standard input import it
+    "hashlib",  # OpenSSL: the library cache's key is computed only when the cache is written
+)
+
+
+def _explain_imports(tmp_path: Path, text: str) -> tuple[str, list[str]]:
+    log = tmp_path / "one.log"
+    log.write_text(text)
+    env = {**os.environ, "XDG_CACHE_HOME": str(tmp_path / "cache")}
+    argv = [sys.executable, "-c", _CHILD, str(log)]
+    subprocess.run(argv, capture_output=True, env=env, check=True, timeout=120)  # writes the library's cache
+    out = subprocess.run(argv, capture_output=True, text=True, env=env, check=True, timeout=120)  # a warm start
+    said, _, modules = out.stdout.rstrip("\n").rpartition("\n")
+    return said, json.loads(modules)
+
+
+def _imported(modules: list[str], prefix: str) -> list[str]:
+    return [m for m in modules if m == prefix or m.startswith(prefix + ".")]
+
+
+def test_explain_of_a_healthy_line_imports_no_judgment_remedy_or_daemon(tmp_path: Path) -> None:
+    said, modules = _explain_imports(tmp_path, HEALTHY)
+    assert said == "No failure found."
+    assert "crashdoc.diagnosis.engine" in modules  # the child did run explain's engine
+    imported = {prefix: _imported(modules, prefix) for prefix in NOT_FOR_A_HEALTHY_LOG}
+    assert not any(imported.values()), {k: v for k, v in imported.items() if v}
+
+
+def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None:
+    said, modules = _explain_imports(tmp_path, FAILED)
+    assert "illegal memory access" in said
+    assert "crashdoc.diagnosis.rootcause" in modules
+    assert "crashdoc.diagnosis.category" in modules
+
+
+def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
+    """`crashdoc.events` names the GPU paths' records and a diagnosis's too, the same classes, imported at their
+    first use (a state pickled by crashdoc 0.1.0 names `crashdoc.events.Diagnosis`)."""
+    code = (
+        "import sys, crashdoc.events as e\n"
+        "before = [m in sys.modules for m in ('crashdoc.gpu_events', 'crashdoc.diagnosis_records')]\n"
+        "from crashdoc.events import Diagnosis, Fix, GpuEvent, HostGpus\n"
+        "import crashdoc.diagnosis_records as d, crashdoc.gpu_events as g\n"
+        "same = GpuEvent is g.GpuEvent and HostGpus is g.HostGpus and Diagnosis is d.Diagnosis and Fix is d.Fix\n"
+        "print(*before, same, hasattr(e, 'NoSuchRecord'))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    assert out.stdout.split() == ["False", "False", "True", "False"]
