@@ -377,11 +377,9 @@ class DerivedLibrary:
     def _candidates(self, text: str) -> list[int]:
         """Records whose anchored pattern can match `text`: those whose literal start it begins with.
 
-        Patterns are anchored at the message start, so their literal head is a key: a dict on its
-        first PREFIX_KEY characters, plus the few patterns that begin with a hole, checked with
-        `startswith`. Nothing is compiled until a record is a candidate; one RE2 Set over all
-        patterns costs 12 MB and 45 ms to build, this index a fraction of both.
-        """
+        Patterns are anchored at the message start, so their literal head is a key: a dict on its first PREFIX_KEY
+        characters, plus the few patterns that begin with a hole, checked with `startswith`. Nothing is compiled
+        until a record is a candidate; one RE2 Set over all patterns costs 12 MB and 45 ms, this index a fraction."""
         if self._buckets is None:
             buckets: dict[str, list[int]] = {}
             short: list[tuple[str, int, str]] = []
@@ -400,10 +398,8 @@ class DerivedLibrary:
     def match(self, message_line: str, exception_type: str, release: str | None = None) -> DerivedMatch | None:
         """The derived signature for an exception message, preferring one present in `release`.
 
-        One found only in other releases is still returned (`in_release` False): a check that
-        moved or a launch script left from another release is worth naming. Among several, the
-        one with the most literal text wins (the most specific message).
-        """
+        One found only in other releases is still returned (`in_release` False): a check that moved or a launch
+        script left from another release is worth naming. Among several, the one with the most literal text wins."""
         rows = self._rows
         if not rows:
             return None
