@@ -10,15 +10,17 @@ from crashdoc.remedy.accepted import release_checks
 
 def test_a_releases_checks_leave_the_derived_signatures_unbuilt():
     shipped = DerivedLibrary(load_shipped()._rows, load_shipped().releases)  # nothing built yet (not the shared one)
-    release = shipped.releases[-1]
-    checks = release_checks(shipped, release)
-    assert checks, "the shipped library has checks with conditions for its newest release"
-    assert shipped._built == {}  # none kept: the checks are all the caller keeps
     again = DerivedLibrary(shipped._rows, shipped.releases)
-    kept = [
-        (s.exception_type, s.template, s.condition) for s in again.signatures() if s.condition and release in s.releases
-    ]
-    assert [(c.exception_type, c.message, c.condition) for c in checks] == kept
+    for release in (shipped.releases[-1], shipped.releases[0], "0.0.1"):  # the newest, the oldest, one not shipped
+        checks = release_checks(shipped, release)
+        kept = [
+            (s.exception_type, s.template, s.condition, s.kind, s.fix)
+            for s in again.signatures()
+            if s.condition and release in s.releases
+        ]
+        assert [(c.exception_type, c.message, c.condition, c.kind, c.curated) for c in checks] == kept
+    assert release_checks(shipped, shipped.releases[-1]), "the shipped library has checks for its newest release"
+    assert shipped._built == {}  # none kept: the checks are all the caller keeps
 
 
 def test_programs_of_patterns_searched_long_ago_are_dropped_and_built_again_on_use():
@@ -32,3 +34,16 @@ def test_programs_of_patterns_searched_long_ago_are_dropped_and_built_again_on_u
     assert m is not None and m.group("what") == "again"
     assert regexes[0]._compiled is not None and regexes[5]._compiled is None
     assert regexes[0].search("error 1: other") is None
+
+
+def test_a_search_reads_the_derived_data_the_matcher_has_not_read_for_itself_and_lets_it_go_with_it():
+    from crashdoc.matching.derived import _read_shipped
+    from crashdoc.remedy.accepted import FixSearch
+
+    unread = DerivedLibrary([], (), loader=_read_shipped)
+    search = FixSearch(derived=lambda: unread)
+    own = search._derived()
+    assert own is not None and own is not unread and search._derived() is own  # one copy per search object
+    assert len(own) == len(load_shipped()) and unread.unread_copy() is not None  # the matcher's is still unread
+    read = DerivedLibrary(load_shipped()._rows, load_shipped().releases)
+    assert FixSearch(derived=read)._derived() is read  # read already: shared

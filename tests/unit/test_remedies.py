@@ -161,6 +161,24 @@ def test_checks_turned_off_in_the_configuration_run_no_sglang_and_say_why() -> N
     worker.stop(wait=5)
 
 
+def test_the_fix_searchs_data_is_let_go_once_no_check_runs_or_waits() -> None:
+    """The fix search loads every release's argument facts and a release's checks (MBs): the daemon keeps them
+    while checks run or wait, and lets them go when the last one is done (the next search loads them again)."""
+    stage = HeldChecks()
+    worker = RemedyWorker(stage, checks=SglangChecksConfig(at_once=2, waiting=3))
+    search = stage.fix_search
+    first, second = diagnosis("sglang-a.service"), diagnosis("sglang-b.service")
+    worker.request(first, check=True)
+    worker.request(second, check=True)
+    until(lambda: stage.running == 2)
+    assert stage.fix_search is search  # checks run: kept
+    stage.gate.set()
+    until(lambda: all(worker.published(d).fix.verified not in ("", PENDING) for d in (first, second)))
+    until(lambda: stage._search is None)
+    assert stage.fix_search is not search  # a new search builds its own
+    worker.stop(wait=5)
+
+
 def test_the_daemon_takes_its_check_settings_from_the_configuration(tmp_path: Path) -> None:
     settings = SglangChecksConfig(enabled=False, at_once=3, waiting=5)
     (tmp_path / "journal").mkdir()

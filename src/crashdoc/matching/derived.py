@@ -17,7 +17,7 @@ from __future__ import annotations
 import json
 import re
 import zlib
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -310,9 +310,8 @@ def _stored_row(record: dict[str, Any]) -> list[Any]:
 class DerivedLibrary:
     """Derived records (plain dicts as stored) and the objects and RE2 programs built from them on use.
 
-    `loader`, when given, reads the records on first use instead: a process whose every crash
-    a reviewed signature explains (or that sees none) never reads the shipped data.
-    """
+    `loader`, when given, reads the records on first use instead: a process whose every crash a reviewed signature
+    explains (or that sees none) never reads the shipped data (`unread_copy`: one more reader of it, or None)."""
 
     def __init__(
         self,
@@ -320,9 +319,7 @@ class DerivedLibrary:
         releases: tuple[str, ...],
         loader: Callable[[], tuple[list[Row], tuple[str, ...]]] | None = None,
     ) -> None:
-        self._records = records
-        self._releases = releases
-        self._loader = loader
+        self._records, self._releases, self._loader = records, releases, loader
         self._built: dict[int, DerivedSignature] = {}
         self._index: dict[str, int] | None = None
         self._buckets: dict[str, list[int]] | None = None
@@ -333,6 +330,9 @@ class DerivedLibrary:
         if self._loader is not None:
             loader, self._loader = self._loader, None
             self._records, self._releases = loader()
+
+    def unread_copy(self) -> DerivedLibrary | None:
+        return DerivedLibrary([], (), loader=self._loader) if self._loader is not None else None
 
     @property
     def records(self) -> list[dict[str, Any]]:
@@ -359,13 +359,14 @@ class DerivedLibrary:
             sig = self._built[index] = from_record(_full(self._rows[index]), self.releases)
         return sig
 
-    def signatures(self, keep: bool = True) -> Iterable[DerivedSignature]:
-        """Every signature. `keep=False`: those not built yet are built for the caller alone, not kept (a
-        pass over all of them, e.g. a release's checks, would otherwise keep every shipped one: ~4 MB)."""
-        if keep:
-            return (self.signature(i) for i in range(len(self._rows)))
-        rows, releases, built = self._rows, self.releases, self._built
-        return (built.get(i) or from_record(_full(rows[i]), releases) for i in range(len(rows)))
+    def signatures(self) -> Iterable[DerivedSignature]:
+        """Every signature, built and kept (a release's checks use `records_in`, which keeps none)."""
+        return (self.signature(i) for i in range(len(self._rows)))
+
+    def records_in(self, release: str) -> Iterator[dict[str, Any]]:
+        """The records (as stored) whose sites include `release`: no site spelled out, no signature built."""
+        at = self.releases.index(release) if release in self.releases else -1
+        return (r for r in map(_full, self._rows) if any(a <= at <= b for a, b, *_ in _runs(r)))
 
     def get(self, id: str) -> DerivedSignature | None:
         if self._index is None:
@@ -376,11 +377,9 @@ class DerivedLibrary:
     def _candidates(self, text: str) -> list[int]:
         """Records whose anchored pattern can match `text`: those whose literal start it begins with.
 
-        Patterns are anchored at the message start, so their literal head is a key: a dict on its
-        first PREFIX_KEY characters, plus the few patterns that begin with a hole, checked with
-        `startswith`. Nothing is compiled until a record is a candidate; one RE2 Set over all
-        patterns costs 12 MB and 45 ms to build, this index a fraction of both.
-        """
+        Patterns are anchored at the message start, so their literal head is a key: a dict on its first PREFIX_KEY
+        characters, plus the few patterns that begin with a hole, checked with `startswith`. Nothing is compiled
+        until a record is a candidate; one RE2 Set over all patterns costs 12 MB and 45 ms, this index a fraction."""
         if self._buckets is None:
             buckets: dict[str, list[int]] = {}
             short: list[tuple[str, int, str]] = []
@@ -399,10 +398,8 @@ class DerivedLibrary:
     def match(self, message_line: str, exception_type: str, release: str | None = None) -> DerivedMatch | None:
         """The derived signature for an exception message, preferring one present in `release`.
 
-        One found only in other releases is still returned (`in_release` False): a check that
-        moved or a launch script left from another release is worth naming. Among several, the
-        one with the most literal text wins (the most specific message).
-        """
+        One found only in other releases is still returned (`in_release` False): a check that moved or a launch
+        script left from another release is worth naming. Among several, the one with the most literal text wins."""
         rows = self._rows
         if not rows:
             return None
@@ -486,6 +483,10 @@ def _compacted(record: dict[str, Any], known: Sequence[str]) -> dict[str, Any]:
     return {**record, "sites": runs}
 
 
+def fix_of(record: dict[str, Any]) -> tuple[FlagChange, ...]:
+    return tuple(FlagChange(c[0], c[1], c[2], c[3], len(c) > 4 and bool(c[4])) for c in record.get("fix", ()))
+
+
 def from_record(record: dict[str, Any], known: Sequence[str]) -> DerivedSignature:
     sites = tuple(
         (known[i], str(run[2]), int(run[3]), str(run[4])) for run in _runs(record) for i in range(run[0], run[1] + 1)
@@ -498,7 +499,7 @@ def from_record(record: dict[str, Any], known: Sequence[str]) -> DerivedSignatur
         flags=tuple(record.get("flags", ())),
         env=tuple(record.get("env", ())),
         condition=record.get("condition", ""),
-        fix=tuple(FlagChange(c[0], c[1], c[2], c[3], len(c) > 4 and bool(c[4])) for c in record.get("fix", ())),
+        fix=fix_of(record),
         summary=record.get("summary", ""),
         sites=sites,
         releases=tuple(s[0] for s in sites),

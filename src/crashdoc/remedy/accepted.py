@@ -14,7 +14,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from crashdoc.events import Diagnosis, FlagChange
-from crashdoc.matching.derived import DerivedLibrary, release_key
+from crashdoc.matching.derived import DerivedLibrary, fix_of, release_key
 from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary, load_shipped
 from crashdoc.remedy.commandline import LaunchCommand
 from crashdoc.remedy.failing import Failure
@@ -76,10 +76,10 @@ def release_checks(derived: DerivedLibrary | None, release: str) -> list[Failure
     """The release's checks that crashdoc read from its source, with their conditions (for `search._ahead`)."""
     if derived is None or not release:
         return []
-    return [
-        Failure(sig.exception_type, sig.template, sig.condition, sig.kind, sig.fix, stage="resolve")
-        for sig in derived.signatures(keep=False)  # the few kept as Failures, not all built
-        if sig.condition and release in sig.releases
+    return [  # from the records: no signature built, no site spelled out
+        Failure(r["type"], r["template"], r["condition"], r.get("kind", "raise"), fix_of(r), stage="resolve")
+        for r in derived.records_in(release)
+        if r.get("condition")
     ]
 
 
@@ -202,6 +202,20 @@ class FixSearch:
         self._derived_now = derived if callable(derived) else lambda: derived
         self._facts, self.budget = facts, budget
         self._checks: dict[tuple[int, str], list[Failure]] = {}
+        self._own: tuple[DerivedLibrary, DerivedLibrary] | None = None
+
+    def _derived(self) -> DerivedLibrary | None:
+        """The derived library; one the matcher has not read yet is read for this search object alone, so the
+        daemon lets it go with the search (~3 MB) instead of keeping it for the matcher's sake."""
+        derived = self._derived_now()
+        if derived is None:
+            return None
+        if self._own is None or self._own[0] is not derived:
+            own = derived.unread_copy()
+            if own is None:
+                return derived
+            self._own = (derived, own)
+        return self._own[1]
 
     @property
     def facts(self) -> FactsLibrary:
@@ -224,7 +238,7 @@ class FixSearch:
         if not searchable(d) or (command is None and (d.fix.why or any(not c.placeholder for c in d.fix.changes))):
             return d  # without the command, what it sets is unknown: a fix the diagnosis has (or computed) stands
         release = d.sglang_release or None
-        derived = self._derived_now()
+        derived = self._derived()
         chosen, note = facts_for(self.facts, release)
         understand = understand_with(derived, release)
         checks: list[Failure] = []

@@ -171,6 +171,11 @@ class RemedyStage:
             self._search = FixSearch(derived=self._derived, budget=self._budget or DEFAULT_BUDGET)
         return self._search
 
+    def release_search(self) -> None:
+        """Forget the fix search and what it loaded (every release's argument facts, a release's checks): the
+        daemon's next search builds them again. A search still running keeps the object it was handed."""
+        self._search = None
+
     def verdict(self, d: Diagnosis) -> str:
         """SGLang's argument checks run on the corrected command, in a child process: the line shown as verified."""
         from crashdoc.remedy.verify import verify_fix

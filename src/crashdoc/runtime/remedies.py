@@ -64,6 +64,7 @@ class RemedyWorker:
         self._run = checks.enabled
         self._checkers, self._limit = max(1, checks.at_once), max(1, checks.waiting)
         self._waiting = 0  # checks queued and not yet started
+        self._running = 0  # checks started and not yet done
         self._applied: OrderedDict[tuple[Any, ...], Fix] = OrderedDict()
         self._checked: OrderedDict[CheckKey, Fix | str] = OrderedDict()  # a search's fix, a check's line, PENDING
         self._finished: deque[Diagnosis] = deque(maxlen=size)  # checks done, for the loop's journal records
@@ -181,6 +182,12 @@ class RemedyWorker:
                 with self._lock:
                     self._waiting -= 1
                     self._checked[checking] = NOTHING
+                    self._release_if_idle()
+
+    def _release_if_idle(self) -> None:
+        """With the lock held: no check runs or waits, so the fix search's data goes (~MBs, built again)."""
+        if not self._running and not self._waiting:
+            self.stage.release_search()
 
     def _check_loop(self) -> None:
         while (item := self._check_queue.get()) is not None:
@@ -188,7 +195,9 @@ class RemedyWorker:
             with self._lock:
                 self._waiting -= 1
                 if self._checked.get(key, PENDING) not in (PENDING, SEARCHING):
+                    self._release_if_idle()
                     continue  # checked already (the same command and changes for another diagnosis)
+                self._running += 1
             try:
                 done = self.stage.check(d, run=self._run, unrun=CHECKS_OFF)
             except Exception as exc:  # never let a check take the daemon down
@@ -198,6 +207,8 @@ class RemedyWorker:
                 self._checked[key] = result
                 self._finished.append(done)
                 self.changed = True
+                self._running -= 1
+                self._release_if_idle()
             self._on_checked(d.unit, done.fix.verified or "")
             self.wake()
 
