@@ -31,10 +31,15 @@ DIAGNOSIS = "sglang-prefill.service: DeepSeek V4 HiCache rejects --hicache-size"
 PROMPT = "Press Ctrl-C to stop the sandbox."
 
 
+def _ignore_sigint() -> None:
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
 class Demo:
     """`crashdoc demo --keep-running` in a session of its own, its output collected as it comes."""
 
-    def __init__(self, python: str = sys.executable, cwd: Path | None = None) -> None:
+    def __init__(self, python: str = sys.executable, cwd: Path | None = None, sigint_ignored: bool = False) -> None:
+        """`sigint_ignored`: started as a background job or under nohup is (SIGINT ignored, which exec keeps)."""
         self.port = free_port()
         argv = [python, "-m", "crashdoc", "demo", "--keep-running", "--listen", f"127.0.0.1:{self.port}"]
         self.proc = subprocess.Popen(
@@ -45,6 +50,7 @@ class Demo:
             text=True,
             cwd=cwd,
             start_new_session=True,
+            preexec_fn=_ignore_sigint if sigint_ignored else None,
         )
         self._chunks: list[str] = []
         self._reader = threading.Thread(target=self._read, daemon=True)
@@ -107,6 +113,18 @@ def test_sigterm_stops_the_demo_with_0_and_leaves_nothing() -> None:
         demo.wait_for_prompt()
     finally:
         code = demo.stop(signal.SIGTERM)
+    assert code == 0 and "stopped: the sandbox and its folder are removed." in demo.output, demo.output[-2000:]
+    assert traces_of(demo.proc.pid) == []
+
+
+def test_ctrl_c_stops_the_demo_even_when_it_was_started_with_sigint_ignored() -> None:
+    """A shell's background job (or nohup) starts the demo with SIGINT ignored, which Python keeps: the demo sets
+    Ctrl-C's handler itself, so its "Press Ctrl-C to stop" holds there too."""
+    demo = Demo(sigint_ignored=True)
+    try:
+        demo.wait_for_prompt()
+    finally:
+        code = demo.stop(signal.SIGINT)
     assert code == 0 and "stopped: the sandbox and its folder are removed." in demo.output, demo.output[-2000:]
     assert traces_of(demo.proc.pid) == []
 

@@ -103,10 +103,16 @@ def _raise_stopped(signum: int, frame: FrameType | None) -> None:
     raise Stopped(signal.Signals(signum).name)
 
 
-def _stop_signals() -> contextlib.AbstractContextManager[None]:
+@contextlib.contextmanager
+def _stop_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP unwind like Ctrl-C while the demo runs (Python's default would kill it on the spot,
-    leaving the sandbox's folder behind)."""
-    return _signals_set((signal.SIGTERM, signal.SIGHUP), _raise_stopped)
+    leaving the sandbox's folder behind). Ctrl-C itself is set too: started from a shell that ignores SIGINT (a
+    background job, `nohup`), Python keeps it ignored and "Press Ctrl-C to stop" would not be true."""
+    with (
+        _signals_set((signal.SIGINT,), signal.default_int_handler),
+        _signals_set((signal.SIGTERM, signal.SIGHUP), _raise_stopped),
+    ):
+        yield
 
 
 def _signals_held() -> contextlib.AbstractContextManager[None]:
