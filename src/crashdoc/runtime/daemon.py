@@ -122,6 +122,8 @@ class Daemon:
         if self.watcher is not None:
             if self.watcher.connect():
                 self.health.dbus_up = True
+                if self.watcher.fast_reads:  # said once: units are read through pystemd, which keeps the GIL
+                    log(f"reading unit state through pystemd, busread.c is not in use: {self.watcher.fast_reads}")
                 discovered = self.watcher.discover()
                 self.source.watch_units(discovered)
                 for unit in discovered:

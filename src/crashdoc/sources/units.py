@@ -1,4 +1,5 @@
-"""What systemd says about the watched units, over D-Bus (pystemd).
+"""What systemd says about the watched units, over D-Bus (pystemd; a unit's properties through busread.c when
+it is built: the GIL released while PID 1 answers).
 
 The journal says what happened; D-Bus says what is true now: NRestarts (which a manual
 restart resets), ActiveState/SubState, Result, the real ExecStart argv and the files the
@@ -13,10 +14,14 @@ import os
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from crashdoc.events import UnitState
 from crashdoc.sources.journal import UnitFilter
+
+if TYPE_CHECKING:
+    from crashdoc.sources.busread import BusReader
 
 SYSTEMD = b"org.freedesktop.systemd1"
 MANAGER_PATH = b"/org/freedesktop/systemd1"
@@ -30,6 +35,16 @@ _STRING = ord("s")  # the D-Bus type of GetAll's argument, as pystemd's call_met
 # the variables of a unit's environment crashdoc keeps (which host GPU a CUDA device is); the others may hold
 # secrets (API keys, tokens) and are never read into crashdoc's records
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+# the properties `state` reads, of each interface (busread.c converts only these)
+PROPERTIES = {
+    UNIT_IFACE: frozenset(
+        b"LoadState ActiveState SubState InvocationID FragmentPath DropInPaths ActiveEnterTimestamp".split()
+    ),
+    SERVICE_IFACE: frozenset(
+        b"Result NRestarts ExecMainStatus ExecMainCode ExecStart EnvironmentFiles Environment NUMAPolicy NUMAMask"
+        b" CPUAffinity".split()
+    ),
+}
 # NUMAPolicy's values are the kernel's MPOL_* numbers; systemd says -1 when the unit sets none
 _NUMA_POLICIES = {0: "default", 1: "preferred", 2: "bind", 3: "interleave", 4: "local"}
 
@@ -58,6 +73,10 @@ class UnitWatcher:
     _backoff: float = 1.0
     _clock: Callable[[], float] = time.monotonic
     _callbacks: tuple[object, ...] = ()
+    # where busread.c is built: a unit's properties are then read with the GIL released (None: through pystemd)
+    build_dir: Path | None = None
+    fast_bus: BusReader | None = None
+    fast_reads: str = "not asked for (no folder to build it in)"  # "" when busread.c reads the properties
 
     # --- connection ----------------------------------------------------------------------
 
@@ -91,6 +110,10 @@ class UnitWatcher:
             self._schedule_retry()
             return False
         self.bus = bus
+        if self.build_dir is not None:
+            from crashdoc.sources.busread import open_bus
+
+            self.fast_bus, self.fast_reads = open_bus(self.build_dir)
         self.up = True
         self.last_error = ""
         self._backoff = self.reconnect_after
@@ -103,6 +126,9 @@ class UnitWatcher:
         return self.connect()
 
     def close(self) -> None:
+        fast, self.fast_bus = self.fast_bus, None
+        if fast is not None:
+            fast.close()
         bus, self.bus = self.bus, None
         if bus is not None:
             try:
@@ -160,16 +186,19 @@ class UnitWatcher:
         path = unit_path(unit)
         self._paths[path] = unit
 
-        bus = self.bus
+        bus, fast = self.bus, self.fast_bus
         # Two GetAll round trips, not one Get per property: pystemd holds the GIL while it waits for PID 1, and a
         # PID 1 busy restarting units answers each call late, so seventeen waits stalled every thread of the daemon
-        # (reading, /metrics) for tens of milliseconds per refresh.
+        # (reading, /metrics) for tens of milliseconds per refresh. busread.c's calls release the GIL meanwhile.
         values: dict[bytes, dict[bytes, Any]] = {}
 
         def prop(iface: bytes, name: bytes) -> Any:  # pystemd's values, typed by the D-Bus signature
             if iface not in values:
-                body = bus.call_method(SYSTEMD, path, PROPS_IFACE, b"GetAll", [(_STRING, iface)]).body
-                values[iface] = body if isinstance(body, dict) else {}
+                if fast is not None:
+                    values[iface] = fast.get_all(path, iface, PROPERTIES[iface])
+                else:
+                    body = bus.call_method(SYSTEMD, path, PROPS_IFACE, b"GetAll", [(_STRING, iface)]).body
+                    values[iface] = body if isinstance(body, dict) else {}
             try:
                 return values[iface][name]
             except KeyError:  # what Get says of a property this systemd does not have
