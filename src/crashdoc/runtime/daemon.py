@@ -251,7 +251,9 @@ class Daemon:
             if self.source.cursor != self.saver.store.last_saved:
                 self.saver.dirty = True
             self._update_journal_health()
-            self._save(force=effects)  # right after effects: a kill now would redo as little as possible
+            # right after effects: a kill now would redo as little as possible; written on the saver's thread (no
+            # ordering waits on it: a save before effects, and the last one, wait for all saves before them)
+            self._save(force=effects, wait=False)
             if self.source.at_end:
                 if not self._caught_up:
                     self._caught_up = True
@@ -533,9 +535,9 @@ class Daemon:
             if newest is not None:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
-    def _save(self, force: bool = False) -> None:
+    def _save(self, force: bool = False, wait: bool = True) -> None:
         def snapshot() -> dict:
             with self.lock:
                 return self.engine.snapshot()
 
-        self.saver.save(self.source.cursor, snapshot, force=force)
+        self.saver.save(self.source.cursor, snapshot, force=force, wait=wait)
