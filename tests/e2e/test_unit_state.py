@@ -38,7 +38,7 @@ class Counting:
 
     def __getattr__(self, name):
         attr = getattr(self.real, name)
-        if name not in ("call_method", "get_property", "get_all"):
+        if name not in ("call_method", "get_property", "get_all", "get_many"):
             return attr
 
         def counted(*args):
@@ -67,6 +67,9 @@ for unit in sys.argv[2:]:
         w.fast_bus = None
         out[unit]["pystemd"] = fields(w.state(unit))
         w.fast_bus = Counting(fast)
+del calls[:]
+many = w.states(sys.argv[2:])  # the daemon's refresh of the units PID 1 spoke of
+out["many"] = dict(calls=list(calls), states={unit: fields(s) for unit, s in many.items()})
 out["up"] = w.up
 print(json.dumps(out))
 """
@@ -108,4 +111,7 @@ def test_a_units_state_is_what_systemctl_shows_read_in_two_calls(
     assert missing["loaded"] is False and missing["calls"] == [call], missing
     if reader == "busread.c":
         assert got["state"] == got["pystemd"] and missing["state"] == missing["pystemd"]
+    # several units at once: the same states, in one round trip through busread.c (all GetAll calls sent together)
+    assert out["many"]["states"] == {"demo-sleep.service": got["state"], "demo-none.service": missing["state"]}
+    assert out["many"]["calls"] == (["get_many"] if reader == "busread.c" else [call] * 3), out["many"]
     assert out["up"] is True  # a unit systemd does not know is no lost bus

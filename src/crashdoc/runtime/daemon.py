@@ -298,13 +298,18 @@ class Daemon:
         """
         if self.watcher is None or not self.watcher.up:
             return
-        while self._stale and self.watcher.up:
-            self._refresh_unit(self._stale.pop())
+        units, self._stale = sorted(self._stale), set()
+        for unit, state in self.watcher.states(units).items():  # one round trip to PID 1 for them all
+            if state is None and not self.watcher.up:
+                self._stale.add(unit)  # read once the bus is back
+            else:
+                self._refresh_unit(unit, state)
 
-    def _refresh_unit(self, unit: str) -> None:
-        """What D-Bus says of the unit now, with its command's launch facts, read before taking the lock."""
+    def _refresh_unit(self, unit: str, state: UnitState | None = None) -> None:
+        """What D-Bus says of the unit now (`state`, when already read), with its command's launch facts, read
+        before taking the lock."""
         assert self.watcher is not None
-        state = self.watcher.state(unit)
+        state = state or self.watcher.state(unit)
         self.health.dbus_up = self.watcher.up
         if state is None:
             return

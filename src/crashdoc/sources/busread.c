@@ -177,56 +177,84 @@ static PyObject *properties(sd_bus_message *m, PyObject *wanted) {
     return out;
 }
 
-/* The properties of `path` for each interface of `ifaces` (a tuple of bytes): a tuple of dicts, one per
- * interface, keeping only the names in `wanted` (a set of bytes, or None). Both GetAll calls run without
- * the GIL. A D-Bus error raises OSError whose text starts with the error's name
- * (org.freedesktop.systemd1.NoSuchUnit: ...), as pystemd's does. */
-PyObject *crashdoc_bus_get_all(sd_bus *bus, PyObject *path, PyObject *ifaces, PyObject *wanted) {
-    enum { MAX_IFACES = 4 };
-    if (!PyBytes_Check(path) || !PyTuple_Check(ifaces) || PyTuple_GET_SIZE(ifaces) > MAX_IFACES ||
-        (wanted != Py_None && !PyAnySet_Check(wanted))) {
-        PyErr_SetString(PyExc_TypeError, "busread: path is bytes, ifaces a tuple of bytes (4 at most), wanted a set");
+/* An OSError for a D-Bus error (its text starts with the error's name, org.freedesktop.systemd1.NoSuchUnit: ...,
+ * as pystemd's does) or for -errno; new reference. */
+static PyObject *error_of(int r, const sd_bus_error *error) {
+    PyObject *text = error != NULL && sd_bus_error_is_set(error)
+                         ? PyUnicode_FromFormat("%s: %s", error->name, error->message ? error->message : "")
+                         : PyUnicode_FromString(strerror(-r));
+    if (text == NULL) return NULL;
+    return PyObject_CallFunction(PyExc_OSError, "iN", -r, text);
+}
+
+typedef struct {
+    sd_bus_message *reply;
+    int done;
+} Pending;
+
+static int on_reply(sd_bus_message *m, void *userdata, sd_bus_error *ret_error) {
+    (void)ret_error;
+    Pending *p = userdata;
+    p->reply = sd_bus_message_ref(m);
+    p->done = 1;
+    return 1;
+}
+
+/* GetAll for each (path, interface) of `calls` (a tuple of pairs of bytes), all sent at once and their replies
+ * awaited together, without the GIL: one round trip to PID 1 instead of one per call. A tuple with, for each
+ * call, {name bytes: value} (only the names in `wanted`, a set of bytes, or all with None) or the OSError of
+ * its D-Bus error. A lost connection raises OSError. */
+PyObject *crashdoc_bus_get_all(sd_bus *bus, PyObject *calls, PyObject *wanted) {
+    if (!PyTuple_Check(calls) || (wanted != Py_None && !PyAnySet_Check(wanted))) {
+        PyErr_SetString(PyExc_TypeError, "busread: calls is a tuple of (path, interface) bytes, wanted a set");
         return NULL;
     }
-    Py_ssize_t n = PyTuple_GET_SIZE(ifaces);
-    const char *names[MAX_IFACES];
+    Py_ssize_t n = PyTuple_GET_SIZE(calls);
     for (Py_ssize_t k = 0; k < n; k++) {
-        if (!PyBytes_Check(PyTuple_GET_ITEM(ifaces, k))) {
-            PyErr_SetString(PyExc_TypeError, "busread: an interface name is bytes");
+        PyObject *call = PyTuple_GET_ITEM(calls, k);
+        if (!PyTuple_Check(call) || PyTuple_GET_SIZE(call) != 2 || !PyBytes_Check(PyTuple_GET_ITEM(call, 0)) ||
+            !PyBytes_Check(PyTuple_GET_ITEM(call, 1))) {
+            PyErr_SetString(PyExc_TypeError, "busread: a call is a (path, interface) pair of bytes");
             return NULL;
         }
-        names[k] = PyBytes_AS_STRING(PyTuple_GET_ITEM(ifaces, k));
     }
-    const char *object = PyBytes_AS_STRING(path);
-    sd_bus_message *replies[MAX_IFACES] = {NULL};
-    sd_bus_error error = SD_BUS_ERROR_NULL;
+    Pending *pending = PyMem_Calloc(n ? (size_t)n : 1, sizeof(Pending));
+    sd_bus_slot **slots = PyMem_Calloc(n ? (size_t)n : 1, sizeof(sd_bus_slot *));
+    if (pending == NULL || slots == NULL) {
+        PyMem_Free(pending);
+        PyMem_Free(slots);
+        return PyErr_NoMemory();
+    }
     int r = 0;
     Py_BEGIN_ALLOW_THREADS
-    for (Py_ssize_t k = 0; k < n && r >= 0; k++)
-        r = sd_bus_call_method(bus, "org.freedesktop.systemd1", object, "org.freedesktop.DBus.Properties", "GetAll",
-                               &error, &replies[k], "s", names[k]);
-    Py_END_ALLOW_THREADS
-    PyObject *out = NULL;
-    if (r < 0) {
-        if (sd_bus_error_is_set(&error)) {
-            PyObject *text = PyUnicode_FromFormat("%s: %s", error.name, error.message ? error.message : "");
-            PyObject *args = text != NULL ? Py_BuildValue("(iN)", -r, text) : NULL;
-            if (args != NULL) PyErr_SetObject(PyExc_OSError, args);
-            Py_XDECREF(args);
-        } else {
-            failed(r);
-        }
-    } else if ((out = PyTuple_New(n)) != NULL) {
-        for (Py_ssize_t k = 0; k < n; k++) {
-            PyObject *props = properties(replies[k], wanted);
-            if (props == NULL) {
-                Py_CLEAR(out);
-                break;
-            }
-            PyTuple_SET_ITEM(out, k, props);
-        }
+    for (Py_ssize_t k = 0; k < n && r >= 0; k++) {
+        PyObject *call = PyTuple_GET_ITEM(calls, k); /* immutable bytes: safe to read without the GIL */
+        r = sd_bus_call_method_async(bus, &slots[k], "org.freedesktop.systemd1",
+                                     PyBytes_AS_STRING(PyTuple_GET_ITEM(call, 0)), "org.freedesktop.DBus.Properties",
+                                     "GetAll", on_reply, &pending[k], "s", PyBytes_AS_STRING(PyTuple_GET_ITEM(call, 1)));
     }
-    sd_bus_error_free(&error);
-    for (Py_ssize_t k = 0; k < n; k++) sd_bus_message_unref(replies[k]);
+    for (Py_ssize_t k = 0; k < n && r >= 0;) {
+        if (pending[k].done) {
+            k++;
+            continue;
+        }
+        r = sd_bus_process(bus, NULL);
+        if (r == 0) r = sd_bus_wait(bus, UINT64_MAX); /* sd-bus answers a call PID 1 never answers (25 s) */
+    }
+    Py_END_ALLOW_THREADS
+    PyObject *out = r < 0 ? failed(r) : PyTuple_New(n);
+    for (Py_ssize_t k = 0; k < n && out != NULL; k++) {
+        const sd_bus_error *error = sd_bus_message_get_error(pending[k].reply);
+        PyObject *got = error != NULL ? error_of(-sd_bus_error_get_errno(error), error)
+                                      : properties(pending[k].reply, wanted);
+        if (got == NULL) Py_CLEAR(out);
+        else PyTuple_SET_ITEM(out, k, got);
+    }
+    for (Py_ssize_t k = 0; k < n; k++) {
+        sd_bus_slot_unref(slots[k]); /* a call still pending (the connection lost) is cancelled */
+        sd_bus_message_unref(pending[k].reply);
+    }
+    PyMem_Free(pending);
+    PyMem_Free(slots);
     return out;
 }

@@ -18,6 +18,8 @@ from typing import Any
 from crashdoc.sources.fastread import built_library
 
 SOURCE = Path(__file__).with_name("busread.c")
+# calls awaiting their reply at once: the system bus's dbus-daemon allows a connection 128 (max_replies_per_connection)
+AT_ONCE = 64
 
 
 class BusReader:
@@ -29,7 +31,7 @@ class BusReader:
         self._open.argtypes, self._open.restype = (ctypes.POINTER(ctypes.c_void_p),), ctypes.c_int
         self._close.argtypes, self._close.restype = (ctypes.c_void_p,), None
         self._get_all = lib.crashdoc_bus_get_all
-        self._get_all.argtypes = (ctypes.c_void_p, *(ctypes.py_object,) * 3)
+        self._get_all.argtypes = (ctypes.c_void_p, *(ctypes.py_object,) * 2)
         self._get_all.restype = ctypes.py_object
         self._bus: int | None = None
 
@@ -45,10 +47,22 @@ class BusReader:
     def get_all(self, path: bytes, iface: bytes, wanted: frozenset[bytes] | None = None) -> dict[bytes, Any]:
         """The properties of `iface` on `path` ({name: value}, only `wanted` ones); OSError naming the D-Bus
         error (org.freedesktop.systemd1.NoSuchUnit: ...) or the lost connection."""
-        if self._bus is None:
-            raise OSError(errno.ENOTCONN, "the bus is closed")
-        props: tuple[dict[bytes, Any], ...] = self._get_all(self._bus, path, (iface,), wanted)
-        return props[0]
+        got = self.get_many(((path, iface),), wanted)[0]
+        if isinstance(got, OSError):
+            raise got
+        return got
+
+    def get_many(
+        self, calls: tuple[tuple[bytes, bytes], ...], wanted: frozenset[bytes] | None = None
+    ) -> tuple[dict[bytes, Any] | OSError, ...]:
+        """GetAll for each (path, interface), sent together and answered in one round trip: for each, its
+        properties or the OSError of its D-Bus error. A lost connection raises OSError."""
+        got: tuple[dict[bytes, Any] | OSError, ...] = ()
+        for at in range(0, len(calls), AT_ONCE):
+            if self._bus is None:
+                raise OSError(errno.ENOTCONN, "the bus is closed")
+            got += self._get_all(self._bus, calls[at : at + AT_ONCE], wanted)
+        return got
 
     def close(self) -> None:
         bus, self._bus = self._bus, None
