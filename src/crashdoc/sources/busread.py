@@ -70,8 +70,10 @@ class BusReader:
             self._close(bus)
 
     def __del__(self) -> None:
-        if getattr(self, "_bus", None) is not None:
+        try:
             self.close()
+        except Exception:  # at the interpreter's exit, ctypes may be gone first
+            pass
 
 
 def open_bus(folder: Path | None) -> tuple[BusReader | None, str]:
