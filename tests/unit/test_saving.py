@@ -8,6 +8,7 @@ import threading
 from pathlib import Path
 
 from crashdoc.outputs.metrics import Health
+from crashdoc.runtime import saving
 from crashdoc.runtime.saving import StateSaver
 from crashdoc.sources.cursor import STATE_FILE, CursorStore
 
@@ -74,3 +75,24 @@ def test_a_folder_that_cannot_take_the_state_is_said_once_and_the_state_stays_to
     assert saver.health.state_writable is False and saver.health.state_write_errors == 2
     assert saver.dirty  # saved again at the next chance
     assert len(said) == 1 and "cannot save state in" in said[0] and "diagnosing in memory only" in said[0]
+
+
+def test_a_costly_snapshot_is_taken_less_often_unless_forced(tmp_path: Path, monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    clock = [1000.0]
+    monkeypatch.setattr(saving.time, "monotonic", lambda: clock[0])
+    taken: list[float] = []
+
+    def costly() -> dict:  # a state of megabytes: 0.2 s of the reading thread's time
+        taken.append(clock[0])
+        clock[0] += 0.2
+        return {"n": len(taken)}
+
+    saver = _saver(tmp_path)
+    for step in (0.0, 1.5, 2.5, 1.0):  # 1.5 s and 4.0 s after a 0.2 s snapshot (next: 20 x 0.2 = 4 s later)
+        clock[0] += step
+        saver.dirty = True
+        saver.save("s=1;i=1", costly)
+    assert taken == [1000.0, 1004.2]
+    saver.dirty = True
+    saver.save("s=1;i=2", costly, force=True)  # before effects: always
+    assert len(taken) == 3 and _on_disk(tmp_path) == ("s=1;i=2", {"n": 3})

@@ -25,6 +25,11 @@ from crashdoc.runtime.log import log
 from crashdoc.sources.cursor import CursorStore, SavedState
 
 SAVE_INTERVAL = 1.0
+# A save not forced waits at least this many times what taking the last snapshot cost the reading thread: twenty
+# looping units with their runs' tracebacks make a state of megabytes, whose snapshot and JSON held the GIL for
+# 100-200 ms on a busy host; once a second that was a fifth of the reading thread's time, and every crash that
+# came in meanwhile waited for it.
+SAVE_COST_FACTOR = 20
 
 
 class StateWriter:
@@ -75,6 +80,7 @@ class StateSaver:
     say: Callable[[str], None] = log
     dirty: bool = False
     _last_save: float = 0.0
+    _interval: float = SAVE_INTERVAL  # between saves not forced: SAVE_INTERVAL, longer for a costly snapshot
     _writer: StateWriter = field(init=False)
 
     def __post_init__(self) -> None:
@@ -83,11 +89,13 @@ class StateSaver:
     def save(
         self, cursor: str | None, snapshot: Callable[[], dict[str, Any]], force: bool = False, wait: bool = True
     ) -> None:
-        """Save when dirty (at most every SAVE_INTERVAL unless `force`d); with `wait`, return once this state
-        and every one saved before it are on disk (or failed to be: `health.state_writable` says so)."""
+        """Save when dirty (unless `force`d, at most every SAVE_INTERVAL, or SAVE_COST_FACTOR times what the last
+        snapshot cost); with `wait`, return once this state and every one saved before it are on disk (or failed
+        to be: `health.state_writable` says so)."""
         now = time.monotonic()
-        if self.dirty and cursor is not None and (force or now - self._last_save >= SAVE_INTERVAL):
+        if self.dirty and cursor is not None and (force or now - self._last_save >= self._interval):
             payload = self.store.encode(cursor, engine=snapshot())
+            self._interval = max(SAVE_INTERVAL, (time.monotonic() - now) * SAVE_COST_FACTOR)
             self.dirty = False  # a failed write sets it again
             self._last_save = now
             self._writer.submit(cursor, payload)
