@@ -24,7 +24,10 @@ test: setup-test sglang-env
 	$(BIN)/ruff format --check src tests bench
 	$(BIN)/mypy
 	$(BIN)/crashdoc signatures lint
-	$(BIN)/python -m pytest -q  # -m: the checkout on sys.path, for the tests of bench/
+	@# two workers (most tests wait on a private systemd, not the CPU), then the tests that need the machine alone;
+	@# -m: the checkout on sys.path, for the tests of bench/
+	$(BIN)/python -m pytest -q -n 2 --dist loadfile -m "not alone"
+	$(BIN)/python -m pytest -q -m alone
 
 setup: $(VENV)/.installed-run
 

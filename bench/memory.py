@@ -57,7 +57,7 @@ def warm_state_cache(cache: Path) -> None:
 
     folders, _ = library_folders()
     load_library(folders, compiled=CompiledCache(cache), matching_only=True)  # what the daemon keeps
-    fastread._built(cache)
+    fastread.built_library(cache)
 
 
 def follow(js: JournalSet, workdir: Path, timeout: float = 600.0) -> dict[str, float]:

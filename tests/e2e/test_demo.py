@@ -107,24 +107,20 @@ def test_the_demo_prints_the_readme_output_and_ctrl_c_stops_it_leaving_nothing()
     assert _in_order(excerpt, ran.splitlines()), (excerpt, ran)
 
 
-def test_sigterm_stops_the_demo_with_0_and_leaves_nothing() -> None:
-    demo = Demo()
+@pytest.mark.parametrize(
+    ("signum", "sigint_ignored"),
+    [(signal.SIGTERM, False), (signal.SIGINT, True)],
+    ids=["sigterm", "ctrl-c-started-with-sigint-ignored"],
+)
+def test_a_signal_stops_the_demo_with_0_and_leaves_nothing(signum: signal.Signals, sigint_ignored: bool) -> None:
+    """SIGTERM (systemd, kill) and Ctrl-C stop the demo cleanly. A shell's background job (or nohup) starts it with
+    SIGINT ignored, which Python keeps: the demo sets Ctrl-C's handler itself, so its "Press Ctrl-C to stop" holds
+    there too."""
+    demo = Demo(sigint_ignored=sigint_ignored)
     try:
         demo.wait_for_prompt()
     finally:
-        code = demo.stop(signal.SIGTERM)
-    assert code == 0 and "stopped: the sandbox and its folder are removed." in demo.output, demo.output[-2000:]
-    assert traces_of(demo.proc.pid) == []
-
-
-def test_ctrl_c_stops_the_demo_even_when_it_was_started_with_sigint_ignored() -> None:
-    """A shell's background job (or nohup) starts the demo with SIGINT ignored, which Python keeps: the demo sets
-    Ctrl-C's handler itself, so its "Press Ctrl-C to stop" holds there too."""
-    demo = Demo(sigint_ignored=True)
-    try:
-        demo.wait_for_prompt()
-    finally:
-        code = demo.stop(signal.SIGINT)
+        code = demo.stop(signum)
     assert code == 0 and "stopped: the sandbox and its folder are removed." in demo.output, demo.output[-2000:]
     assert traces_of(demo.proc.pid) == []
 

@@ -58,6 +58,7 @@ def _checked_record(sandbox: Any, unit: str) -> dict[str, Any] | None:
     return records[-1] if records else None
 
 
+@pytest.mark.alone  # eight real SGLang loops restarting each second, and checks that run on a spare CPU
 @pytest.mark.skipif(SGLANG is None, reason=SGLANG_WHY)
 def test_real_sglang_loops_get_a_fix_sglang_accepts(sandbox_factory, sandbox_workdir) -> None:
     assert SGLANG is not None

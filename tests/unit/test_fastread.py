@@ -70,7 +70,7 @@ def test_the_daemon_says_once_why_it_reads_with_systemd_python(tmp_path: Path, m
         pytest.skip(f"the C batch reader cannot be built here: {fast.source.fast_reader}")
     assert "C batch reader" not in capfd.readouterr().err
     monkeypatch.setattr(fastread.shutil, "which", lambda name: None)
-    monkeypatch.setattr(fastread, "_built", lambda folder: (None, "no C compiler (cc or gcc)"))
+    monkeypatch.setattr(fastread, "built_library", lambda folder, path=None: (None, "no C compiler (cc or gcc)"))
     slow = daemon()
     said = capfd.readouterr().err
     assert said.count("the C batch reader is not in use: no C compiler (cc or gcc)") == 1, said

@@ -50,6 +50,10 @@ class ServerArgs:
             raise RuntimeError("Unknown algorithm: %s" % ns.algorithm)
         if ns.always_fails:
             raise ValueError("--always-fails is never accepted")
+        if ns.slow_checks:
+            import time
+
+            time.sleep(60)
 
 
 def prepare_server_args(argv):
@@ -61,6 +65,7 @@ def prepare_server_args(argv):
     parser.add_argument("--algorithm", type=str, default=None)
     parser.add_argument("--mode", type=str, choices=["a", "b"], default="a")
     parser.add_argument("--always-fails", action="store_true")
+    parser.add_argument("--slow-checks", action="store_true")
     return ServerArgs(parser.parse_args(argv))
 """
 
@@ -143,6 +148,23 @@ def test_a_child_that_cannot_check_leaves_the_ranked_fix_said_so(stand_in: tuple
                           str(hangs), budget)  # fmt: skip
     assert result.status == "unchecked" and result.changes == (FlagChange("remove", "--algorithm"),)
     assert result.verified.startswith("could not check against SGLang (SGLang did not import within 1 s)")
+
+
+def test_candidates_whose_checks_never_answer_are_no_verdict_not_a_rejection(stand_in: tuple[Path, ArgFacts]):
+    """A check starved of CPU (its children run only when the host has a CPU to spare) or hung is no verdict:
+    the fix shown is the best-ranked one, said to be unchecked, never "no candidate passes"."""
+    tree, facts = stand_in
+    pasted = parse_command(f"PYTHONPATH={tree} python3 -m sglang.launch_server --model-path m --x 1 --enable-y "
+                           "--algorithm none --slow-checks")  # fmt: skip
+    assert pasted.command is not None
+    budget = Budget(seconds=60, parallel=2, check_timeout=1)
+    result = accepted_fix(Failure("RuntimeError", "Unknown algorithm: none"), pasted.command, "0.5.99", facts,
+                          sys.executable, budget)  # fmt: skip
+    assert result.status == "unchecked", result
+    assert result.verified.startswith("SGLang's argument checks gave no verdict on any candidate ("), result.verified
+    assert "no answer within 1 s" in result.verified and result.verified.endswith("shown, not checked")
+    assert result.changes == (FlagChange("remove", "--algorithm"),)
+    assert all(" -> could not check: no answer within 1 s" in t for t in result.tried), result.tried
 
 
 @pytest.mark.parametrize(

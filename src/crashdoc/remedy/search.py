@@ -337,10 +337,18 @@ def _searched(
             seconds,
         )
     fallback = _ranked(ranked, command, None, facts, None, started)
-    fallback.status = "rejected"
-    fallback.verified = (
-        f"no candidate passes SGLang's argument checks ({counted}); the best-ranked one is shown, not checked"
-    )
+    unanswered = [t.split(" -> could not check: ", 1)[1] for t in tried if " -> could not check: " in t]
+    if tried and len(unanswered) == len(tried):  # no verdict at all (a starved or hung check): not a rejection
+        fallback.status = "unchecked"
+        fallback.verified = (
+            f"SGLang's argument checks gave no verdict on any candidate ({counted}; {unanswered[0][:200]}); "
+            "the best-ranked one is shown, not checked"
+        )
+    else:
+        fallback.status = "rejected"
+        fallback.verified = (
+            f"no candidate passes SGLang's argument checks ({counted}); the best-ranked one is shown, not checked"
+        )
     fallback.tried = tried[:MAX_TRIED_SHOWN]
     fallback.checked = checked
     # never present a change that SGLang was seen to reject with this same error

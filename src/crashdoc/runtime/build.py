@@ -57,7 +57,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
     source = JournalSource(units, directory=config.journal_directory, build_dir=library_cache_dir(config))
     source.read_gpu_events()  # the kernel's GPU faults (Xid, fallen off the bus), joined with the units' crashes
     store = CursorStore(config.state_directory)
-    watcher = UnitWatcher(units) if config.dbus else None
+    watcher = UnitWatcher(units, build_dir=library_cache_dir(config)) if config.dbus else None
     health = Health()
     lock = threading.Lock()
     remedies = RemedyWorker(RemedyStage(derived=lambda: holder.derived), checks=config.sglang_checks)

@@ -124,6 +124,8 @@ class Daemon:
         if self.watcher is not None:
             if self.watcher.connect():
                 self.health.dbus_up = True
+                if self.watcher.fast_reads:  # said once: units are read through pystemd, which keeps the GIL
+                    log(f"reading unit state through pystemd, busread.c is not in use: {self.watcher.fast_reads}")
                 discovered = self.watcher.discover()
                 self.source.watch_units(discovered)
                 for unit in discovered:
@@ -251,7 +253,9 @@ class Daemon:
             if self.source.cursor != self.saver.store.last_saved:
                 self.saver.dirty = True
             self._update_journal_health()
-            self._save(force=effects)  # right after effects: a kill now would redo as little as possible
+            # right after effects: a kill now would redo as little as possible; written on the saver's thread (no
+            # ordering waits on it: a save before effects, and the last one, wait for all saves before them)
+            self._save(force=effects, wait=False)
             if self.source.at_end:
                 if not self._caught_up:
                     self._caught_up = True
@@ -296,13 +300,18 @@ class Daemon:
         """
         if self.watcher is None or not self.watcher.up:
             return
-        while self._stale and self.watcher.up:
-            self._refresh_unit(self._stale.pop())
+        units, self._stale = sorted(self._stale), set()
+        for unit, state in self.watcher.states(units).items():  # one round trip to PID 1 for them all
+            if state is None and not self.watcher.up:
+                self._stale.add(unit)  # read once the bus is back
+            else:
+                self._refresh_unit(unit, state)
 
-    def _refresh_unit(self, unit: str) -> None:
-        """What D-Bus says of the unit now, with its command's launch facts, read before taking the lock."""
+    def _refresh_unit(self, unit: str, state: UnitState | None = None) -> None:
+        """What D-Bus says of the unit now (`state`, when already read), with its command's launch facts, read
+        before taking the lock."""
         assert self.watcher is not None
-        state = self.watcher.state(unit)
+        state = state or self.watcher.state(unit)
         self.health.dbus_up = self.watcher.up
         if state is None:
             return
@@ -533,9 +542,9 @@ class Daemon:
             if newest is not None:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
-    def _save(self, force: bool = False) -> None:
+    def _save(self, force: bool = False, wait: bool = True) -> None:
         def snapshot() -> dict:
             with self.lock:
                 return self.engine.snapshot()
 
-        self.saver.save(self.source.cursor, snapshot, force=force)
+        self.saver.save(self.source.cursor, snapshot, force=force, wait=wait)

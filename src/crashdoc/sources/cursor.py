@@ -82,6 +82,11 @@ class CursorStore:
         self, cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | None = None
     ) -> bool:
         """Persist atomically; False (and `last_error`) when the folder cannot take it."""
+        return self.write(cursor, self.encode(cursor, data, engine))
+
+    @staticmethod
+    def encode(cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | None = None) -> bytes:
+        """The state file's bytes: taken where the state is current, written (`write`) where it costs nothing."""
         doc = {
             "version": FORMAT_VERSION,
             "cursor": cursor,
@@ -89,7 +94,11 @@ class CursorStore:
             "data": data or {},
             "engine": engine,
         }
-        payload = json.dumps(doc, separators=(",", ":")).encode()
+        return json.dumps(doc, separators=(",", ":")).encode()
+
+    def write(self, cursor: str | None, payload: bytes) -> bool:
+        """`encode`'s bytes for `cursor`, persisted atomically; False (and `last_error`) when the folder cannot
+        take them. One writer at a time (one temporary file per process)."""
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)

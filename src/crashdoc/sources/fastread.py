@@ -47,7 +47,7 @@ def batch_reader(reader: Any, folder: Path | None) -> tuple[BatchReader | None, 
     # fastread.c reads the sd_journal pointer that follows the object header of systemd-python's Reader
     if journal._Reader.__basicsize__ != object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p):
         return None, "systemd-python's Reader has a layout fastread.c does not know"
-    library, why = _built(folder)
+    library, why = built_library(folder)
     if library is None:
         return None, why
     try:
@@ -68,7 +68,7 @@ def batch_reader(reader: Any, folder: Path | None) -> tuple[BatchReader | None, 
 
 def read_ahead(folder: Path) -> ReadAhead | None:
     """A `ReadAhead` from the reader `batch_reader` built in `folder` (after it said yes), or None."""
-    library, _ = _built(folder)
+    library, _ = built_library(folder)
     try:
         return ReadAhead(ctypes.PyDLL(str(library))) if library is not None else None
     except (OSError, AttributeError, MemoryError):
@@ -149,17 +149,18 @@ class ReadAhead:
             self._state = None
 
 
-def _built(folder: Path) -> tuple[Path | None, str]:
+def built_library(folder: Path, path: Path = SOURCE) -> tuple[Path | None, str]:
+    """The shared library built from the C file `path` (fastread.c; busread.c) in `folder`, or why not."""
     try:
-        source = SOURCE.read_bytes()
+        source = path.read_bytes()
     except OSError as exc:
-        return None, f"cannot read {SOURCE}: {exc.strerror or exc}"
+        return None, f"cannot read {path}: {exc.strerror or exc}"
     from systemd import journal
 
     key = hashlib.blake2b(digest_size=10)
     for part in (source, sys.version.encode(), str(journal.__file__).encode(), sys.executable.encode()):
         key.update(len(part).to_bytes(8, "little") + part)
-    target = folder / f"fastread-{key.hexdigest()}.so"
+    target = folder / f"{path.stem}-{key.hexdigest()}.so"
     failed = target.with_suffix(".failed")
     if target.exists():
         return target, ""
@@ -176,11 +177,11 @@ def _built(folder: Path) -> tuple[Path | None, str]:
         return None, "Python's headers (Python.h) are not installed"
     try:
         folder.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=".fastread-", suffix=".so", dir=folder)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.stem}-", suffix=".so", dir=folder)
         os.close(fd)
     except OSError as exc:
         return None, f"cannot write {folder}: {exc.strerror or exc}"
-    argv = [compiler, "-O2", "-shared", "-fPIC", "-pthread", f"-I{include}", "-o", tmp, str(SOURCE), "-lsystemd"]
+    argv = [compiler, "-O2", "-shared", "-fPIC", "-pthread", f"-I{include}", "-o", tmp, str(path), "-lsystemd"]
     try:
         done = subprocess.run(argv, capture_output=True, timeout=120)
         if done.returncode != 0:

@@ -1,4 +1,5 @@
-"""What systemd says about the watched units, over D-Bus (pystemd).
+"""What systemd says about the watched units, over D-Bus (pystemd; a unit's properties through busread.c when
+it is built: the GIL released while PID 1 answers).
 
 The journal says what happened; D-Bus says what is true now: NRestarts (which a manual
 restart resets), ActiveState/SubState, Result, the real ExecStart argv and the files the
@@ -14,10 +15,14 @@ import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from crashdoc.events import UnitState
 from crashdoc.sources.journal import UnitFilter
+
+if TYPE_CHECKING:
+    from crashdoc.sources.busread import BusReader
 
 SYSTEMD = b"org.freedesktop.systemd1"
 MANAGER_PATH = b"/org/freedesktop/systemd1"
@@ -57,6 +62,11 @@ def pystemd_dbus() -> Any:
 # the variables of a unit's environment crashdoc keeps (which host GPU a CUDA device is); the others may hold
 # secrets (API keys, tokens) and are never read into crashdoc's records
 GPU_VARIABLES = ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER")
+# the properties `state` reads, of the Unit and Service interfaces (busread.c converts only these)
+PROPERTIES = frozenset(
+    b"LoadState ActiveState SubState InvocationID FragmentPath DropInPaths ActiveEnterTimestamp Result NRestarts"
+    b" ExecMainStatus ExecMainCode ExecStart EnvironmentFiles Environment NUMAPolicy NUMAMask CPUAffinity".split()
+)
 # NUMAPolicy's values are the kernel's MPOL_* numbers; systemd says -1 when the unit sets none
 _NUMA_POLICIES = {0: "default", 1: "preferred", 2: "bind", 3: "interleave", 4: "local"}
 
@@ -85,6 +95,10 @@ class UnitWatcher:
     _backoff: float = 1.0
     _clock: Callable[[], float] = time.monotonic
     _callbacks: tuple[object, ...] = ()
+    # where busread.c is built: a unit's properties are then read with the GIL released (None: through pystemd)
+    build_dir: Path | None = None
+    fast_bus: BusReader | None = None
+    fast_reads: str = "not asked for (no folder to build it in)"  # "" when busread.c reads the properties
 
     # --- connection ----------------------------------------------------------------------
 
@@ -118,6 +132,10 @@ class UnitWatcher:
             self._schedule_retry()
             return False
         self.bus = bus
+        if self.build_dir is not None:
+            from crashdoc.sources.busread import open_bus
+
+            self.fast_bus, self.fast_reads = open_bus(self.build_dir)
         self.up = True
         self.last_error = ""
         self._backoff = self.reconnect_after
@@ -130,6 +148,9 @@ class UnitWatcher:
         return self.connect()
 
     def close(self) -> None:
+        fast, self.fast_bus = self.fast_bus, None
+        if fast is not None:
+            fast.close()
         bus, self.bus = self.bus, None
         if bus is not None:
             try:
@@ -180,25 +201,50 @@ class UnitWatcher:
                 self._paths[bytes(row[6]) if isinstance(row[6], bytes) else unit_path(name)] = name
         return sorted(names)
 
-    def state(self, unit: str) -> UnitState | None:
-        """The unit's properties right now; None when the bus is gone."""
+    def states(self, units: list[str]) -> dict[str, UnitState | None]:
+        """`state` of each unit; through busread.c all their GetAll calls are answered in one round trip."""
+        fetched: dict[str, dict[bytes, dict[bytes, Any] | OSError]] = {unit: {} for unit in units}
+        if self.fast_bus is not None and len(units) > 1:
+            asked = [
+                (unit, iface)
+                for unit in units
+                for iface in ((UNIT_IFACE, SERVICE_IFACE) if unit.endswith(".service") else (UNIT_IFACE,))
+            ]
+            try:
+                replies = self.fast_bus.get_many(tuple((unit_path(u), i) for u, i in asked), PROPERTIES)
+            except OSError as exc:
+                self._lost(exc)
+                return dict.fromkeys(units)
+            for (unit, iface), reply in zip(asked, replies, strict=True):
+                fetched[unit][iface] = reply
+        return {unit: self.state(unit, fetched[unit]) for unit in units}
+
+    def state(self, unit: str, fetched: dict[bytes, dict[bytes, Any] | OSError] | None = None) -> UnitState | None:
+        """The unit's properties right now; None when the bus is gone. `fetched`: GetAll's replies already
+        read (`states`), by interface."""
         if self.bus is None:
             return None
         path = unit_path(unit)
         self._paths[path] = unit
 
-        bus = self.bus
+        bus, fast = self.bus, self.fast_bus
         # Two GetAll round trips, not one Get per property: pystemd holds the GIL while it waits for PID 1, and a
         # PID 1 busy restarting units answers each call late, so seventeen waits stalled every thread of the daemon
-        # (reading, /metrics) for tens of milliseconds per refresh.
-        values: dict[bytes, dict[bytes, Any]] = {}
+        # (reading, /metrics) for tens of milliseconds per refresh. busread.c's calls release the GIL meanwhile.
+        values = dict(fetched or {})
 
         def prop(iface: bytes, name: bytes) -> Any:  # pystemd's values, typed by the D-Bus signature
             if iface not in values:
-                body = bus.call_method(SYSTEMD, path, PROPS_IFACE, b"GetAll", [(_STRING, iface)]).body
-                values[iface] = body if isinstance(body, dict) else {}
+                if fast is not None:
+                    values[iface] = fast.get_all(path, iface, PROPERTIES)
+                else:
+                    body = bus.call_method(SYSTEMD, path, PROPS_IFACE, b"GetAll", [(_STRING, iface)]).body
+                    values[iface] = body if isinstance(body, dict) else {}
+            got = values[iface]
+            if isinstance(got, OSError):  # its call's D-Bus error, as a call of its own would raise it
+                raise got
             try:
-                return values[iface][name]
+                return got[name]
             except KeyError:  # what Get says of a property this systemd does not have
                 raise LookupError(f"org.freedesktop.DBus.Error.UnknownProperty: {name.decode()}") from None
 
