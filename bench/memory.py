@@ -47,15 +47,16 @@ def _metrics(base: str) -> dict[str, float]:
 
 
 def warm_state_cache(cache: Path) -> None:
-    """What a daemon that ran before finds in `<state>/cache`: the compiled library and the C reader (a first
-    start validates the YAML library, which leaves the heap of a validation behind, and builds the reader)."""
+    """What a daemon that ran before finds in `<state>/cache`: the compiled library's matching part and the C
+    reader (a first start validates the YAML library, which leaves the heap of a validation behind, and builds
+    the reader)."""
     from bench.common import library_folders
     from crashdoc.matching.cache import CompiledCache
     from crashdoc.matching.library import load_library
     from crashdoc.sources import fastread
 
     folders, _ = library_folders()
-    load_library(folders, compiled=CompiledCache(cache))
+    load_library(folders, compiled=CompiledCache(cache), matching_only=True)  # what the daemon keeps
     fastread.built_library(cache)
 
 

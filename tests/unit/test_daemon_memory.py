@@ -47,3 +47,24 @@ def test_a_search_reads_the_derived_data_the_matcher_has_not_read_for_itself_and
     assert len(own) == len(load_shipped()) and unread.unread_copy() is not None  # the matcher's is still unread
     read = DerivedLibrary(load_shipped()._rows, load_shipped().releases)
     assert FixSearch(derived=read)._derived() is read  # read already: shared
+
+
+_DBUS_CHILD = """
+import sys
+from crashdoc.sources.units import pystemd_dbus
+DBus = pystemd_dbus()
+alone = sorted(m for m in sys.modules if m.split(".")[0] in ("pystemd", "lxml"))
+from pystemd.dbuslib import DBus as imported
+import pystemd  # the package's own __init__ still runs for whoever imports it
+print(alone, DBus is imported, hasattr(pystemd, "systemd1"), "lxml" in sys.modules)
+"""
+
+
+def test_the_unit_watcher_gets_pystemds_dbus_without_lxml():
+    import subprocess
+    import sys
+
+    said = subprocess.run([sys.executable, "-c", _DBUS_CHILD], capture_output=True, text=True, check=True, timeout=60)
+    alone, same, package, lxml_later = said.stdout.strip().rsplit(" ", 3)
+    assert "lxml" not in alone and "pystemd.base" not in alone and "'pystemd.dbuslib'" in alone
+    assert (same, package, lxml_later) == ("True", "True", "True")

@@ -204,6 +204,31 @@ def test_a_daemon_started_from_the_cache_still_validates_an_edited_file(library_
     assert holder.library.signatures[0].title.startswith("Edited HiCache rejects")
 
 
+def test_a_holder_of_the_matching_part_reads_each_runbook_back_from_its_file(library_dir: Path, tmp_path: Path) -> None:
+    """The daemon's holder keeps no runbook text, examples or near misses; a page gets them as a full load has
+    them, the hot-reloaded text after an edit, and the matching part again where the file lost the signature."""
+    full = load_library([library_dir])
+    compiled = CompiledCache(tmp_path / "cache")
+    load_library([library_dir], compiled=compiled, matching_only=True)  # a daemon that ran before
+    holder = LibraryHolder([library_dir], log=lambda m: None, compiled=compiled, matching_only=True)
+    assert compiled.hits == 1 and holder.library == matching_part(full)
+    assert all(not s.runbook and not s.examples for s in holder.library.signatures)
+    assert [holder.shown(s) for s in holder.library.signatures] == list(full.signatures)
+    path = library_dir / "basic.yaml"
+    text = path.read_text()
+    edited = text.replace("Why it happens: host memory ran out.", "Why it happens: the host ran out of memory.")
+    assert edited != text
+    path.write_text(edited)
+    assert holder.reload()
+    assert holder.library == matching_part(load_library([library_dir]))  # the edited file, stripped again
+    shown = [holder.shown(s).runbook for s in holder.library.signatures]
+    assert shown == [s.runbook for s in load_library([library_dir]).signatures]
+    assert any(r.startswith("Why it happens: the host ran out of memory.") for r in shown)
+    path.write_text("signatures: []\n")  # before the reload that will reject it: the page keeps what it had
+    first = holder.library.signatures[0]
+    assert holder.shown(first) == first
+
+
 def test_explain_uses_the_cache_folder_and_prints_the_same(tmp_path: Path) -> None:
     log = tmp_path / "crash.log"
     log.write_text("\n".join(TRACEBACK) + "\n")

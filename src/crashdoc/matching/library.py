@@ -162,9 +162,11 @@ def signature_files(folders: Iterable[Path]) -> list[Path]:
 
 class FileCache:
     """The signatures of files that loaded cleanly, by path and content digest: a hot reload after one
-    edit re-validates that file only (schema validation is most of a load's cost)."""
+    edit re-validates that file only (schema validation is most of a load's cost). `matching_only`: it keeps,
+    and a load through it gives, each signature's matching part (`matching_signature`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, matching_only: bool = False) -> None:
+        self.matching_only = matching_only
         self._files: dict[str, tuple[bytes, list[Signature]]] = {}
 
     def __len__(self) -> int:
@@ -196,6 +198,8 @@ class FileCache:
         if known is not None and known[0] == digest:
             return known[1], []
         signatures, problems = load_bytes(str(path), raw)
+        if self.matching_only:
+            signatures = [matching_signature(s) for s in signatures]
         if problems:
             self._files.pop(str(path), None)
         else:
@@ -232,7 +236,7 @@ def load_library(
             stamp=[list(map(str, paths)), file_stamp([*code, *files])],
         )
         # read from the cache: a later reload re-validates only edited files
-        if cache is not None and not cache and not matching_only:
+        if cache is not None and not cache and cache.matching_only == matching_only:
             cache.seed(files, library)
         return library
     paths = [Path(f) for f in folders]
@@ -262,9 +266,31 @@ def load_library(
 def matching_part(library: Library) -> Library:
     """`library` without what only the library's tools and runbook pages read (examples, near misses, runbook
     text: two thirds of its cached JSON); every field matching and diagnosing read is kept."""
-    return Library(
-        tuple(replace(s, examples=(), near_misses=(), runbook="") for s in library.signatures), library.folders
-    )
+    return Library(tuple(map(matching_signature, library.signatures)), library.folders)
+
+
+def matching_signature(sig: Signature) -> Signature:
+    """`sig` without its examples, near misses and runbook text (`with_text` reads them back)."""
+    return replace(sig, examples=(), near_misses=(), runbook="")
+
+
+def with_text(sig: Signature) -> Signature:
+    """`sig` with its runbook text, examples and near misses read again from the file it came from: the daemon
+    keeps the matching part of its library (2 MB less) and a page that shows a runbook reads it here.
+
+    The file is parsed, not validated (no JSON Schema at run time); the signature's matching fields stay the
+    ones loaded. A file that no longer holds the signature, or cannot be read, gives `sig` as it is."""
+    from crashdoc.yamlfile import YamlError, parse_located
+
+    name = sig.origin.rsplit(":", 1)[0]
+    try:
+        located = parse_located(Path(name).read_bytes().decode("utf-8"))
+        entries = located.data["signatures"]
+        index = next(i for i, e in enumerate(entries) if isinstance(e, dict) and e.get("id") == sig.id)
+        read = _build(entries[index], ("signatures", index), located.lines, name)
+    except (OSError, ValueError, YamlError, TypeError, KeyError, AttributeError, StopIteration):
+        return sig
+    return replace(sig, runbook=read.runbook, examples=read.examples, near_misses=read.near_misses)
 
 
 def load_file(path: Path) -> tuple[list[Signature], list[Problem]]:

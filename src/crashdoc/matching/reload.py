@@ -18,12 +18,15 @@ from watchdog.observers import Observer
 
 from crashdoc.matching.cache import CompiledCache
 from crashdoc.matching.derived import DerivedLibrary
-from crashdoc.matching.library import FileCache, Library, LibraryError, load_library
+from crashdoc.matching.library import FileCache, Library, LibraryError, Signature, load_library, with_text
 from crashdoc.matching.matcher import Matcher
 
 
 class LibraryHolder:
-    """The active matcher, swapped atomically when a good library has been loaded."""
+    """The active matcher, swapped atomically when a good library has been loaded.
+
+    `matching_only` (the daemon): the library keeps what matching and diagnosing read, not the runbook texts,
+    examples and near misses (`library.matching_signature`); `shown` reads them back for a page."""
 
     def __init__(
         self,
@@ -31,6 +34,8 @@ class LibraryHolder:
         log: Callable[[str], None] = print,
         derived: DerivedLibrary | None = None,
         compiled: CompiledCache | None = None,
+        *,
+        matching_only: bool = False,
     ) -> None:
         self.folders = [Path(f) for f in folders]
         self.derived = derived  # kept across reloads: it is package data, not the watched folders
@@ -38,9 +43,10 @@ class LibraryHolder:
         self.reloads = 0
         self.errors = 0
         self.last_error = ""
-        self._files = FileCache()
+        self._files = FileCache(matching_only)
         # the first load must succeed; `compiled`: read back validated from the cache when the files are unchanged
-        self._matcher = Matcher(load_library(self.folders, self._files, compiled), derived).compile()
+        library = load_library(self.folders, self._files, compiled, matching_only=matching_only)
+        self._matcher = Matcher(library, derived).compile()
 
     @property
     def matcher(self) -> Matcher:
@@ -49,6 +55,10 @@ class LibraryHolder:
     @property
     def library(self) -> Library:
         return self._matcher.library
+
+    def shown(self, sig: Signature) -> Signature:
+        """`sig` (of this library) as a page shows it: with its runbook text, read from its file when not kept."""
+        return with_text(sig) if self._files.matching_only else sig
 
     def reload(self) -> bool:
         """Load again; True when the new library replaced the old one."""

@@ -47,6 +47,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         log=log,
         derived=load_shipped(),
         compiled=CompiledCache(library_cache_dir(config), log),
+        matching_only=True,  # runbook texts are read for the pages that show them
     )
     own = own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())

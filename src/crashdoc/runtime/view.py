@@ -83,14 +83,16 @@ class HttpView:
         an Xid family a hardware diagnosis names (`gpu-fault-bus`: NVIDIA's catalog, the checks, drain)."""
         with self.lock:
             sig = self.holder.library.get(signature)
+        if sig is not None:
+            return self.holder.shown(sig)  # its runbook text read from its file, outside the lock
         derived = self.holder.derived
-        if sig is None and derived is not None and signature.startswith("derived-"):
+        if derived is not None and signature.startswith("derived-"):
             found = derived.get(signature)
             if found is not None:
                 return found.as_signature("other", derived.releases)
-        if sig is None and signature.startswith("gpu-fault-"):
+        if signature.startswith("gpu-fault-"):
             return family_signature(signature)
-        return sig
+        return None
 
     def index_page(self) -> bytes:
         with self.lock:
