@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any
 
 from crashdoc.errors import ProblemsError
 from crashdoc.events import ROLES, Thresholds, WatchRule
-from crashdoc.outputs.alerts import HttpClientConfig
+from crashdoc.outputs.httpclient import HttpClientConfig
 
 if TYPE_CHECKING:  # YAML is imported when there is a file to read (10 ms that `diagnose` without --config saves)
     from crashdoc.yamlfile import LocatedYaml
