@@ -4,6 +4,8 @@ retried on every run."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,7 @@ def _events(folder: Path, build_dir: Path) -> tuple[list[object], JournalSource]
 def test_without_a_compiler_the_journal_is_read_with_systemd_python(tmp_path: Path, monkeypatch) -> None:
     write_journal(tmp_path, [line(text) for text in TRACEBACK])
     expected, _ = _events(tmp_path, tmp_path / "none-built")  # whatever this machine builds
-    monkeypatch.setattr(fastread.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     got, source = _events(tmp_path, tmp_path / "no-compiler")
     assert source._batch is None and not (tmp_path / "no-compiler").exists()
     assert got == expected and [e.text for e in got if isinstance(e, LogLine)] == TRACEBACK
@@ -38,12 +40,12 @@ def test_without_a_compiler_the_journal_is_read_with_systemd_python(tmp_path: Pa
 def test_a_failed_build_is_remembered_and_not_retried_at_once(tmp_path: Path, monkeypatch) -> None:
     write_journal(tmp_path, [line(text) for text in TRACEBACK])
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
-    monkeypatch.setattr(fastread.shutil, "which", lambda name: "/bin/false" if name == "false" else None)
+    monkeypatch.setattr(shutil, "which", lambda name: "/bin/false" if name == "false" else None)
     _, source = _events(tmp_path, tmp_path / "build")
     assert source._batch is None
     (marker,) = (tmp_path / "build").glob("fastread-*.failed")
     calls = []
-    monkeypatch.setattr(fastread.subprocess, "run", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
     got, source = _events(tmp_path, tmp_path / "build")
     assert source._batch is None and calls == [] and marker.exists()
     assert [e.text for e in got if isinstance(e, LogLine)] == TRACEBACK
@@ -69,7 +71,7 @@ def test_the_daemon_says_once_why_it_reads_with_systemd_python(tmp_path: Path, m
     if fast.source._batch is None:
         pytest.skip(f"the C batch reader cannot be built here: {fast.source.fast_reader}")
     assert "C batch reader" not in capfd.readouterr().err
-    monkeypatch.setattr(fastread.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(fastread, "built_library", lambda folder, path=None: (None, "no C compiler (cc or gcc)"))
     slow = daemon()
     said = capfd.readouterr().err

@@ -11,14 +11,10 @@ journal is read by the systemd-python batch reader of sources/journal.py: same e
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -150,20 +146,40 @@ class ReadAhead:
 
 
 def built_library(folder: Path, path: Path = SOURCE) -> tuple[Path | None, str]:
-    """The shared library built from the C file `path` (fastread.c; busread.c) in `folder`, or why not."""
+    """The shared library built from the C file `path` (fastread.c; busread.c) in `folder`, or why not.
+
+    Built once per source, Python and systemd-python: a start that finds it costs a read of the source and a
+    stat (the compiler's modules, subprocess, shutil, tempfile, sysconfig, are imported only to build)."""
     try:
         source = path.read_bytes()
     except OSError as exc:
         return None, f"cannot read {path}: {exc.strerror or exc}"
     from systemd import journal
 
-    key = hashlib.blake2b(digest_size=10)
-    for part in (source, sys.version.encode(), str(journal.__file__).encode(), sys.executable.encode()):
-        key.update(len(part).to_bytes(8, "little") + part)
-    target = folder / f"{path.stem}-{key.hexdigest()}.so"
-    failed = target.with_suffix(".failed")
+    key = source_key(source, sys.version.encode(), str(journal.__file__).encode(), sys.executable.encode())
+    target = folder / f"{path.stem}-{key}.so"
     if target.exists():
         return target, ""
+    return _build(folder, path, target)
+
+
+def source_key(*parts: bytes) -> str:
+    """16 hex digits that change with any of `parts` (each framed by its length): zlib's CRC-32 and Adler-32 of
+    them, at no import cost (hashlib loads OpenSSL); a stale library would need both to collide."""
+    crc, adler = 0, 1
+    for part in parts:
+        framed = len(part).to_bytes(8, "little") + part
+        crc, adler = zlib.crc32(framed, crc), zlib.adler32(framed, adler)
+    return f"{crc:08x}{adler:08x}"
+
+
+def _build(folder: Path, path: Path, target: Path) -> tuple[Path | None, str]:
+    import shutil
+    import subprocess
+    import sysconfig
+    import tempfile
+
+    failed = target.with_suffix(".failed")
     try:  # a failed build is tried again a day later (a compiler or libsystemd-dev installed since)
         if time.time() - failed.stat().st_mtime < RETRY_FAILED_AFTER:
             return None, f"its build failed (see {failed}; tried again a day later)"
