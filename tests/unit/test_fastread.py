@@ -121,6 +121,38 @@ def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tm
     assert got == expected and len([e for e in got if isinstance(e, LogLine)]) == 1_200
 
 
+def test_the_first_walk_starts_where_the_reader_was_placed(tmp_path: Path) -> None:
+    """`diagnose` starts walking right after placing the reader (at the head, or at a time: on no entry yet) while
+    it loads its library: the same events as reading in turn; asked anything before its first read, the walk is
+    dropped and the reader placed again where it was."""
+    unit = "sglang-decode.service"
+    entries = [line(f"Decode batch {i}", pid=str(100 + i % 3), unit=unit) for i in range(600)]
+    entries.insert(300, pid1("Main process exited, code=exited, status=1/FAILURE", unit=unit))
+    write_journal(tmp_path, entries)  # a millisecond apart from 1_800_000_000 s
+    units = UnitFilter((WatchRule("sglang*.service"),))
+
+    def events(since: float | None, start: bool, ask: bool) -> list[object]:
+        s = JournalSource(units, directory=str(tmp_path), once=True, build_dir=tmp_path / "build")
+        if s._ahead is None:
+            pytest.skip(f"the C batch reader cannot be built here: {s.fast_reader}")
+        s.seek_head() if since is None else s.seek_since(since)
+        if start:
+            s.start_reading(100)
+            assert s._ahead is not None and s._ahead.position() is None  # no entry handed out yet
+        if ask:
+            s.newest_timestamp()  # uses the reader: the walk is dropped, the reader placed again
+        out: list[object] = []
+        while not s.at_end:
+            out += s.read(100)
+        return out
+
+    for since, lines in ((None, 600), (1_800_000_000.2505, 349)):
+        plain = events(since, start=False, ask=False)
+        assert len([e for e in plain if isinstance(e, LogLine)]) == lines
+        assert events(since, start=True, ask=False) == plain
+        assert events(since, start=True, ask=True) == plain
+
+
 def test_the_daemon_reads_ahead_while_it_catches_up_and_reads_in_turn_once_caught_up(tmp_path: Path) -> None:
     """The daemon's reader walks ahead through a backlog, stops walking at the journal's end, and follows what
     is written next with the plain batch reader (no walk holds the reader between two wake-ups)."""

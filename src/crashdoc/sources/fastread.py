@@ -117,7 +117,8 @@ class ReadAhead:
         return self._read(reader, self._state, limit, stop, processes, max_bytes, line_of, text_of, self.first_line)
 
     def start(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int) -> None:
-        """Walk the next batch now, from the entry the reader is on (Python has read the one a batch stopped on)."""
+        """Walk the next batch now, from the entry the reader is on (Python has read the one a batch stopped on),
+        or from where it was placed (the head, a time: `diagnose`'s first walk)."""
         self._reader = reader
         self._set(self._state, self.names, self.other_entry)
         self._start(reader, self._state, limit, stop, processes, max_bytes)
@@ -127,16 +128,19 @@ class ReadAhead:
         where = self._position(self._state)
         return None if where is None else (where[0], where[1] / 1e6)
 
-    def settle(self, reader: Any) -> None:
+    def settle(self, reader: Any, place: Callable[[], None]) -> None:
         """Before the reader is used outside reading: no walk may run beside it, and what one read past the
-        events handed out is read again."""
+        events handed out is read again (`place`: how the reader was placed, for a walk that started there)."""
         back = self.drop()
         if back:
             reader.seek_cursor(back)
             reader._next()  # on the last entry handed out: reading goes on after it
+        elif back == "":  # the walk started where the reader was placed, before any entry was handed out
+            place()
 
     def drop(self) -> str | None:
-        """Wait for the walk and forget what it read; the cursor of the last entry handed out, if it ran."""
+        """Wait for the walk and forget what it read; the cursor of the last entry handed out, if it ran ("": it
+        started on no entry, where the reader had been placed)."""
         return self._drop(self._state)
 
     def __del__(self) -> None:

@@ -21,9 +21,10 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -175,6 +176,8 @@ class JournalSource:
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
             self._ahead = read_ahead(build_dir) if self._batch is not None else None
+        # how the reader was last placed (a walk read ahead from there is dropped by placing it there again)
+        self._place: Callable[[], None] = self.reader.seek_head
         self._walked = WalkedEntries(self, self._ahead)
         self._names |= self._journal_names()
         self._match()
@@ -289,6 +292,7 @@ class JournalSource:
     def seek_head(self) -> None:
         self._walked.settle()
         self.reader.seek_head()
+        self._place = self.reader.seek_head
 
     def seek_tail(self) -> None:
         """Start after the newest entry: only what happens from now on."""
@@ -301,6 +305,7 @@ class JournalSource:
             when = datetime.fromtimestamp(when)
         self._walked.settle()
         self.reader.seek_realtime(when)
+        self._place = partial(self.reader.seek_realtime, when)
 
     def seek_cursor(self, cursor: str) -> bool:
         """Resume after `cursor`; False when it is no cursor libsystemd can place.
@@ -408,6 +413,8 @@ class JournalSource:
                 self.at_end = True  # do not spin on a broken file: try again on the next wake-up
                 break
             self._pages.bound(self.at_end)
+            if ahead is not None:  # one walked batch a call (walked with the last call's limit, which may be less)
+                break
         stats.lines += lines
         if stepped:
             stats.entries += stepped
@@ -423,7 +430,8 @@ class JournalSource:
 
     def start_reading(self, limit: int) -> None:
         """Reading ahead (`once`, the C reader): walk the next `limit` entries now, in a thread, while the caller
-        prepares its first read() (`diagnose` loads its library); without it, nothing."""
+        prepares its first read() (`diagnose` loads its library), from where the reader was placed (seek_head,
+        seek_since) or the entry it is on; without it, nothing."""
         if self._ahead is not None:
             self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS)
 
@@ -571,7 +579,7 @@ class WalkedEntries:
 
     def settle(self) -> None:
         if self.ahead is not None:
-            self.ahead.settle(self.source.reader)
+            self.ahead.settle(self.source.reader, self.source._place)
 
     def first_line(self, fields: dict[str, bytes], usec: int, unit_raw: bytes) -> LogLine | None:
         """A process's first line (counted with its batch)."""
