@@ -99,15 +99,23 @@ def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
     assert out.stdout.split() == ["False", "False", "True", "False"]
 
 
-def test_the_configuration_imports_no_alert_sender() -> None:
-    """`diagnose` reads the configuration before the journal opens: its client settings for Alertmanager come
-    without the sender (threads, JSON) and without the diagnosis records the sender reads."""
-    code = "import json, sys, crashdoc.config\nprint(json.dumps(sorted(sys.modules)))"
+def test_the_configuration_and_the_journal_source_import_no_alert_sender_or_gpu_records() -> None:
+    """`diagnose` reads the configuration and opens the journal before its first walk starts: the client settings
+    for Alertmanager come without the sender (threads, JSON) and the diagnosis records it reads, the host's name
+    without `socket`, the journal source without the GPU faults' records (imported with the kernel's reader)."""
+    code = (
+        "import json, sys, crashdoc.config\n"
+        "config = set(sys.modules)\n"
+        "import crashdoc.sources.journal\n"
+        "print(json.dumps([sorted(config), sorted(sys.modules)]))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    modules = json.loads(out.stdout)
-    for name in ("crashdoc.outputs.alerts", "crashdoc.diagnosis_records", "crashdoc.gpu_events", "threading"):
-        assert name not in modules
-    assert "crashdoc.outputs.httpclient" in modules
+    config, journal = json.loads(out.stdout)
+    for name in ("crashdoc.outputs.alerts", "crashdoc.diagnosis_records", "crashdoc.gpu_events", "threading", "socket"):
+        assert name not in config
+    assert "crashdoc.outputs.httpclient" in config
+    assert "crashdoc.sources.journal" in journal
+    assert not {"crashdoc.gpu_events", "crashdoc.diagnosis_records", "crashdoc.outputs.alerts"} & set(journal)
 
 
 def test_a_built_c_reader_is_found_without_the_build_tools(tmp_path: Path) -> None:

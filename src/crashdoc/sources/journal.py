@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 from datetime import datetime
 from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from systemd import journal
 
-from crashdoc.events import GpuEvent, Lifecycle, LifecycleRecord, LogLine, WatchRule
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, WatchRule
 from crashdoc.sources.journal_batch import (
     AT_END,
     MAX_MESSAGE_CHARS,
@@ -48,6 +48,7 @@ from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
 from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
+    from crashdoc.gpu_events import GpuEvent
     from crashdoc.sources.fastread import BatchReader, ReadAhead
     from crashdoc.sources.kernel_gpu import KernelGpuReader
 
@@ -128,7 +129,7 @@ class ReadStats:
     last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
-Event = LogLine | LifecycleRecord | GpuEvent
+Event: TypeAlias = "LogLine | LifecycleRecord | GpuEvent"  # a GPU fault's record is imported with the kernel's reader
 
 
 class JournalSource:
