@@ -602,13 +602,14 @@ static int ahead_start(Ahead *a, int index, sd_journal *j, long limit, PyObject 
     return 0;
 }
 
-/* start walking the next batch now (after Python read the entry a batch stopped on, or placed the reader: then
- * crashdoc_ahead_drop says "" and Python places it again); None */
+/* start walking the next batch now, after Python read the entry a batch stopped on, or (`placed`) placed the
+ * reader: then crashdoc_ahead_drop says "" and Python places it again; None */
 PyObject *crashdoc_ahead_start(PyObject *reader, void *state, long limit, PyObject *stop, PyObject *processes,
-                               long max_bytes) {
+                               long max_bytes, long placed) {
     Ahead *a = state;
     if (a->running) Py_RETURN_NONE;
-    if (ahead_start(a, a->next, ((SystemdReader *)reader)->j, limit, stop, processes, max_bytes, 1) < 0) return NULL;
+    if (ahead_start(a, a->next, ((SystemdReader *)reader)->j, limit, stop, processes, max_bytes, placed != 0) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 

@@ -92,7 +92,7 @@ class ReadAhead:
             f.argtypes, f.restype = (ctypes.c_void_p,), ctypes.py_object
         self._start = lib.crashdoc_ahead_start
         self._start.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_long, *(ctypes.py_object,) * 2)
-        self._start.argtypes += (ctypes.c_long,)
+        self._start.argtypes += (ctypes.c_long, ctypes.c_long)
         self._start.restype = ctypes.py_object
         self._set = lib.crashdoc_ahead_set
         self._set.argtypes = (ctypes.c_void_p, ctypes.py_object, ctypes.py_object)
@@ -116,12 +116,12 @@ class ReadAhead:
         self._set(self._state, self.names, self.other_entry)
         return self._read(reader, self._state, limit, stop, processes, max_bytes, line_of, text_of, self.first_line)
 
-    def start(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int) -> None:
+    def start(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int, placed: bool = False) -> None:
         """Walk the next batch now, from the entry the reader is on (Python has read the one a batch stopped on),
-        or from where it was placed (the head, a time: `diagnose`'s first walk)."""
+        or (`placed`) from where it was just placed, on no entry yet (the head, a time: `diagnose`'s first walk)."""
         self._reader = reader
         self._set(self._state, self.names, self.other_entry)
-        self._start(reader, self._state, limit, stop, processes, max_bytes)
+        self._start(reader, self._state, limit, stop, processes, max_bytes, int(placed))
 
     def position(self) -> tuple[str, float] | None:
         """(cursor, realtime in seconds) of the last entry handed out while a walk runs past it; else None."""

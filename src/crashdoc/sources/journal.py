@@ -177,8 +177,8 @@ class JournalSource:
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
             self._ahead = read_ahead(build_dir) if self._batch is not None else None
-        # how the reader was last placed (a walk read ahead from there is dropped by placing it there again)
-        self._place: Callable[[], None] = self.reader.seek_head
+        # how the reader was placed, while it stands on no entry (a walk from there is dropped by placing it again)
+        self._place: Callable[[], None] | None = self.reader.seek_head
         self._walked = WalkedEntries(self, self._ahead)
         self._names |= self._journal_names()
         self._match()
@@ -298,6 +298,7 @@ class JournalSource:
     def seek_tail(self) -> None:
         """Start after the newest entry: only what happens from now on."""
         self._walked.settle()
+        self._place = None
         self.reader.seek_tail()
         self.reader._previous()  # libsystemd needs a step to settle on the tail
 
@@ -319,6 +320,7 @@ class JournalSource:
         """
         self.cursor_gone = False
         self._walked.settle()
+        self._place = None
         r = self.reader
         try:
             r.seek_cursor(cursor)
@@ -366,6 +368,7 @@ class JournalSource:
         if self._invalidated:
             self._invalidated = False
             self._count_vacuumed()
+        self._place = None  # from here on the reader stands on the entries it read
         ahead = None if self._following else self._ahead
         batch = ahead or self._batch or python_batch
         r = self.reader
@@ -434,7 +437,8 @@ class JournalSource:
         prepares its first read() (`diagnose` loads its library), from where the reader was placed (seek_head,
         seek_since) or the entry it is on; without it, nothing."""
         if self._ahead is not None:
-            self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS)
+            placed = self._place is not None  # on no entry yet: a walk dropped before any read places it again
+            self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS, placed)
 
     def _count_vacuumed(self) -> None:
         """Journal files went away (a vacuum) while reading was behind: count the entries after the
@@ -580,7 +584,7 @@ class WalkedEntries:
 
     def settle(self) -> None:
         if self.ahead is not None:
-            self.ahead.settle(self.source.reader, self.source._place)
+            self.ahead.settle(self.source.reader, self.source._place or (lambda: None))
 
     def first_line(self, fields: dict[str, bytes], usec: int, unit_raw: bytes) -> LogLine | None:
         """A process's first line (counted with its batch)."""
