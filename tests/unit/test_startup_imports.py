@@ -20,14 +20,12 @@ FAILED = (
     "RuntimeError: CUDA error: an illegal memory access was encountered\n"
 )
 
-# Run in a child: the modules `explain` left in sys.modules, after what it printed.
+# Run in a child: the modules `explain` left in sys.modules, after what it printed (the CLI called with its
+# arguments, as a caller does: in a process of its own it would end with the command, `cli.end_now`).
 _CHILD = """
-import json, runpy, sys
-sys.argv = ["crashdoc", "explain", sys.argv[1]]
-try:
-    runpy.run_module("crashdoc", run_name="__main__")
-except SystemExit:
-    pass
+import json, sys
+from crashdoc.cli import main
+main(["explain", sys.argv[1]])
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("crashdoc", "shutil", "hashlib"))))
 """
 
