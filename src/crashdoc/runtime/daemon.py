@@ -543,8 +543,8 @@ class Daemon:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
     def _save(self, force: bool = False, wait: bool = True) -> None:
-        def snapshot() -> dict:
+        def snapshot() -> str:
             with self.lock:
-                return self.engine.snapshot()
+                return self.engine.snapshot_text()
 
         self.saver.save(self.source.cursor, snapshot, force=force, wait=wait)
