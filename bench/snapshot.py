@@ -7,10 +7,10 @@ Each tree builds, in a child of its own (`PYTHONPATH` its src), an engine with t
 what the daemon would for `--units` units crash-looping on a real SGLang 0.5.23 launch failure
 (`bench/launch_failures/set/064.log`, its lines and PID 1's records, `--crashes` runs each). Then it times the two
 parts of a save on the reading thread: the engine's snapshot under the daemon's lock (`Engine.snapshot()`, or
-`snapshot_text()` where the tree has it: the daemon's) and the state file's `CursorStore.encode`; first with every
-unit encoded (the first save after a start), then a save after one more crash of one unit (what a save costs while
-twenty units loop: between two saves one or two units changed). The baseline is a
-clean `git worktree` of `--baseline` in /var/tmp (made once, removed with `--clean`).
+`diagnosis.engine.snapshot_text` where the tree has it: the daemon's) and the state file's `CursorStore.encode`;
+first with every unit encoded (the first save after a start), then a save after one more crash of one unit (what a
+save costs while twenty units loop: between two saves one or two units changed). The baseline is a clean
+`git worktree` of `--baseline` in /var/tmp (made once, removed with `--clean`).
 """
 
 from __future__ import annotations
@@ -73,13 +73,15 @@ def measure(units: int, crashes: int, rounds: int) -> dict[str, Any]:
     engine.events()
     looping = sum(1 for v in engine.units().values() if v.crashloop)
 
-    texts = hasattr(engine, "snapshot_text")  # the daemon's save since issue 26, 6: kept units' text reused
+    from crashdoc.diagnosis import engine as engine_module
+
+    texts = getattr(engine_module, "snapshot_text", None)  # the daemon's save since issue 26, 6: kept units' text
 
     def save(everything: bool = False) -> tuple[float, float, int]:
         if everything and texts:
             engine._saved = None  # as after a start: every unit encoded
         start = time.perf_counter()
-        snap = engine.snapshot_text() if texts else engine.snapshot()
+        snap = texts(engine) if texts else engine.snapshot()
         walked = time.perf_counter()
         payload = CursorStore.encode("cursor", engine=snap)
         return walked - start, time.perf_counter() - walked, len(payload)

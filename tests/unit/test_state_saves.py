@@ -1,5 +1,5 @@
-"""The state file's engine part as the daemon saves it (`Engine.snapshot_text`): every record saved once, only the
-units that changed since the last save encoded again, and always the same state a full snapshot gives."""
+"""The state file's engine part as the daemon saves it (`diagnosis.engine.snapshot_text`): every record saved once,
+only the units that changed since the last save encoded again, and always the same state a full snapshot gives."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ import pytest
 from crashdoc.commands.pipeline import build_engine
 from crashdoc.diagnosis import snapshot
 from crashdoc.diagnosis.crashloop import KEEP_TRACEBACKS
-from crashdoc.diagnosis.engine import Engine
+from crashdoc.diagnosis.engine import Engine, snapshot_text
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds, UnitState
 from crashdoc.matching.library import load_library
 from crashdoc.matching.matcher import Matcher
@@ -125,9 +125,9 @@ def test_the_saved_text_is_always_the_full_snapshot_whatever_changed_between_sav
         else:
             e.events()
         if rng.random() < 0.3:
-            text = e.snapshot_text()
+            text = snapshot_text(e)
             assert saved(text)["data"] == e.snapshot()["data"], f"seed {seed}, step {step}"
-    text = e.snapshot_text()
+    text = snapshot_text(e)
     assert saved(text)["data"] == e.snapshot()["data"]
     again = new_engine()
     again.restore(json.loads(text))
@@ -145,7 +145,7 @@ def test_each_crash_and_traceback_is_saved_once_and_restored_as_one_object() -> 
     host.looping("sglang-prefill.service", 8)
     host.start("sglang-prefill.service")
     host.lines("sglang-prefill.service", TRACEBACK[:3])  # a run in progress, its traceback half read
-    text = e.snapshot_text()
+    text = snapshot_text(e)
     unit = saved(text)["data"]["units"]["__dict__"]["sglang-prefill.service"]
     assert unit["loop"]["loop_crashes"] == 8 and len(unit["loop"]["crashes"]["__deque__"]) == 8
     tracebacks = records(unit, "traceback")
@@ -165,7 +165,7 @@ def test_each_crash_and_traceback_is_saved_once_and_restored_as_one_object() -> 
         host.tick(2)
         [d] = resumed.diagnoses(["sglang-prefill.service"])
         assert d.crashes == 9 and d.signature == "dsv4-hicache-size-unsupported"
-    assert saved(again.snapshot_text())["data"] == saved(e.snapshot_text())["data"]
+    assert saved(snapshot_text(again))["data"] == saved(snapshot_text(e))["data"]
 
 
 def test_a_save_while_twenty_units_loop_encodes_only_the_units_that_changed(monkeypatch: pytest.MonkeyPatch) -> None:
@@ -174,7 +174,7 @@ def test_a_save_while_twenty_units_loop_encodes_only_the_units_that_changed(monk
     names = [f"sglang-{n:02d}.service" for n in range(20)]
     for name in names:
         host.looping(name, 4)
-    first = e.snapshot_text()
+    first = snapshot_text(e)
     encoded: list[str] = []
     codec = snapshot._CODEC
     plain = codec.encode
@@ -185,14 +185,14 @@ def test_a_save_while_twenty_units_loop_encodes_only_the_units_that_changed(monk
         return plain(value, memo)
 
     monkeypatch.setattr(codec, "encode", counting)
-    assert e.snapshot_text() == first and encoded == [], "nothing changed: nothing encoded again"
+    assert snapshot_text(e) == first and encoded == [], "nothing changed: nothing encoded again"
     host.looping(names[3], 1)
-    text = e.snapshot_text()
+    text = snapshot_text(e)
     assert encoded == [names[3]]
     assert saved(text)["data"] == e.snapshot()["data"]
     e.forget_loops()
     encoded.clear()
-    e.snapshot_text()
+    snapshot_text(e)
     assert sorted(encoded) == names, "a change to every unit encodes every unit"
 
 
@@ -200,7 +200,7 @@ def test_the_state_file_holds_the_saved_text_as_it_is(tmp_path: Path) -> None:
     e = new_engine()
     Units(e).looping("sglang-prefill.service", 3)
     store = CursorStore(tmp_path)
-    assert store.save("s=1;i=2", engine=e.snapshot_text())
+    assert store.save("s=1;i=2", engine=snapshot_text(e))
     loaded = store.load()
     assert loaded.cursor == "s=1;i=2" and loaded.engine == e.snapshot()
 
@@ -208,7 +208,7 @@ def test_the_state_file_holds_the_saved_text_as_it_is(tmp_path: Path) -> None:
 def test_a_reference_to_nothing_saved_before_it_is_a_damaged_snapshot() -> None:
     e = new_engine()
     Units(e).looping("sglang-prefill.service", 3)
-    doc = json.loads(e.snapshot_text())
+    doc = json.loads(snapshot_text(e))
     unit = doc["data"]["units"]["__dict__"]["sglang-prefill.service"]
     unit["current"] = {"__ref__": 999}
     with pytest.raises(snapshot.SnapshotError, match="reference to no record"):

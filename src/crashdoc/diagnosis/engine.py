@@ -35,7 +35,7 @@ from crashdoc.diagnosis.lone import judge_lone
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.diagnosis.reporting import Reporter
 from crashdoc.diagnosis.run import LineHit, Run
-from crashdoc.diagnosis.unitrecord import UnitRecord
+from crashdoc.diagnosis.unitrecord import UnitRecord, begin
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
 from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
 from crashdoc.matching.matcher import Matcher
@@ -447,21 +447,7 @@ class Engine:
         (a decision taken on a D-Bus change or a tick, which a replay of the journal would not redo)."""
         from crashdoc.diagnosis import snapshot  # the daemon's alone: explain and diagnose never save
 
-        return snapshot.dump(self._state())
-
-    def snapshot_text(self) -> str:
-        """`snapshot()` as the state file's JSON text; only the units changed since the last one are encoded."""
-        from crashdoc.diagnosis.snapshot import SavedText
-
-        self._saved = self._saved or SavedText()
-        return self._saved.text(self._state(), self.verdicts.changed)
-
-    def _state(self) -> EngineState:
-        from crashdoc.diagnosis.snapshot import EngineState
-
-        self.judge()  # what is saved is settled: nothing a line left due is lost with the process
-        events, gpus = list(self.verdicts.events), self._gpu_record()
-        return EngineState(self._units, self.assembler.export(), self._synthetic, self._seq, self.now, events, gpus)
+        return snapshot.dump(_state(self))
 
     def restore(self, saved: dict[str, Any] | bytes) -> None:
         """Load a snapshot made by `snapshot` (this schema or an older one), or the pickle crashdoc 0.1.0 saved
@@ -567,13 +553,23 @@ class Engine:
             rec.late.add(run.id)  # judged again (`judge`) with the traceback that came after its verdict
 
 
-def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
-    """The command a run starts with, with its flags and release as last read (before anyone edits it)."""
-    run.cmdline = cmdline
-    facts = rec.launches.get(cmdline)
-    run.flags = dict(facts.flags) if facts is not None else {}
-    if facts is not None and facts.sglang_release:
-        run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from
+def snapshot_text(engine: Engine) -> str:
+    """`engine.snapshot()` as the state file's JSON text (the daemon's saves): only the units changed since the
+    last are encoded again. (Not a method: the engine's interface is one, of as many methods as it may hold.)"""
+    from crashdoc.diagnosis.snapshot import SavedText
+
+    engine._saved = engine._saved or SavedText()
+    return engine._saved.text(_state(engine), engine.verdicts.changed)
+
+
+def _state(engine: Engine) -> EngineState:
+    from crashdoc.diagnosis.snapshot import EngineState
+
+    engine.judge()  # what is saved is settled: nothing a line left due is lost with the process
+    events, gpus = list(engine.verdicts.events), engine._gpu_record()
+    return EngineState(
+        engine._units, engine.assembler.export(), engine._synthetic, engine._seq, engine.now, events, gpus
+    )
 
 
 FeedEvent: TypeAlias = "LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices"

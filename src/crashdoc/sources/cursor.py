@@ -89,7 +89,7 @@ class CursorStore:
         cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | str | None = None
     ) -> bytes:
         """The state file's bytes: taken where the state is current, written (`write`) where it costs nothing.
-        `engine`: the engine's snapshot, or its JSON text already made (`Engine.snapshot_text`)."""
+        `engine`: the engine's snapshot, or its JSON text already made (`diagnosis.engine.snapshot_text`)."""
         doc = {
             "version": FORMAT_VERSION,
             "cursor": cursor,
