@@ -16,6 +16,7 @@ its signature is built or its release's checks are searched; a literal-prefix in
 
 from __future__ import annotations
 
+import heapq
 import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
@@ -216,6 +217,10 @@ def _head(row: Row) -> tuple[str, str, str, int]:
     return row[0], row[1], row[2], row[3]
 
 
+def _positioned(rests: Iterator[tuple[str, str]], ids: dict[str, int]) -> Iterator[tuple[int, str]]:
+    return ((ids[name], rest) for name, rest in rests)
+
+
 def _shipped(row: Row) -> tuple[str, int]:
     """A head's release spans and chunk (the shipped layout's rows only)."""
     assert isinstance(row, list)
@@ -264,21 +269,22 @@ class DerivedLibrary:
     def unread_copy(self) -> DerivedLibrary | None:
         return DerivedLibrary([], (), loader=self._loader) if self._loader is not None else None
 
-    def _rests(self, indices: Iterable[int]) -> dict[int, str]:
-        """The rest (JSON) of the shipped records at `indices`, each chunk read once (heads only: {} otherwise)."""
-        if self._store is None:
-            return {}
+    def _records_at(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """The records at `indices` (ascending) as dicts. A shipped record's rest is streamed from its chunk: the
+        chunks wanted are read side by side in id order (the rows' order), a line of each held at a time."""
+        rows, store = self._records, self._store
+        if store is None:
+            yield from (_full(rows[i]) for i in indices)
+            return
         by_chunk: dict[int, dict[str, int]] = {}
         for i in indices:
-            by_chunk.setdefault(_shipped(self._records[i])[1], {})[_head(self._records[i])[0]] = i
-        found: dict[int, str] = {}
-        for chunk, ids in sorted(by_chunk.items()):
-            found.update((ids[name], rest) for name, rest in self._store.rests(chunk, set(ids)))
-        return found
-
-    def _records_at(self, indices: Sequence[int]) -> Iterator[dict[str, Any]]:
-        rests = self._rests(indices)
-        return (_full(self._records[i], rests.get(i)) for i in indices)
+            by_chunk.setdefault(_shipped(rows[i])[1], {})[_head(rows[i])[0]] = i
+        last = -1
+        for i, rest in heapq.merge(*(_positioned(store.rests(c, set(ids)), ids) for c, ids in by_chunk.items())):
+            if i < last:
+                raise ValueError("derived-signature chunks out of order")
+            last = i
+            yield _full(rows[i], rest)
 
     @property
     def records(self) -> list[dict[str, Any]]:

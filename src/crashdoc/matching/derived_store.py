@@ -21,7 +21,7 @@ from typing import IO, Any
 INDEX_FORMAT = 3
 INDEX = "index.json.gz"
 CHUNK_RECORDS = 100  # records a chunk holds at most (one release's are never split)
-_READ = 1 << 16
+_READ = 1 << 13  # compressed bytes read at a time (about 50 KB of lines)
 
 # A head: [id, exception type, pattern, template length, spans "0-12 40-91" (release positions), chunk number]
 Head = list[Any]
@@ -79,6 +79,8 @@ def write_shipped(stored: Sequence[list[Any]], releases: Sequence[str], folder: 
     """Write the layout from stored rows ([id, type, pattern, template length, rest as JSON with "sites" as
     runs], sorted by id); chunk files of an earlier layout that are not rewritten are removed. Byte-identical
     for the same input."""
+    if any(str(a[0]) >= str(b[0]) for a, b in zip(stored, stored[1:], strict=False)):
+        raise ValueError("stored rows must be sorted by id, each id once")  # readers merge the chunks in id order
     rests = [json.loads(row[4]) for row in stored]
     newest = [max(int(item.split(" ", 1)[0].split("-")[-1]) for item in rest["sites"].split(";")) for rest in rests]
     ranges = chunk_ranges(newest, len(releases)) if releases else []
