@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
+from itertools import pairwise
 from pathlib import Path
 from typing import IO, Any
 
@@ -79,7 +80,7 @@ def write_shipped(stored: Sequence[list[Any]], releases: Sequence[str], folder: 
     """Write the layout from stored rows ([id, type, pattern, template length, rest as JSON with "sites" as
     runs], sorted by id); chunk files of an earlier layout that are not rewritten are removed. Byte-identical
     for the same input."""
-    if any(str(a[0]) >= str(b[0]) for a, b in zip(stored, stored[1:], strict=False)):
+    if any(str(a[0]) >= str(b[0]) for a, b in pairwise(stored)):
         raise ValueError("stored rows must be sorted by id, each id once")  # readers merge the chunks in id order
     rests = [json.loads(row[4]) for row in stored]
     newest = [max(int(item.split(" ", 1)[0].split("-")[-1]) for item in rest["sites"].split(";")) for rest in rests]
