@@ -74,9 +74,9 @@ class _Opened:
 
 
 def _from_folder(folder: Path) -> tuple[DerivedLibrary, _Opened]:
-    heads, releases, chunks = read_index((folder / INDEX).read_bytes())
+    heads, releases, chunks, prefixes = read_index((folder / INDEX).read_bytes())
     opened = _Opened(folder)
-    return DerivedLibrary(heads, releases, store=ShippedStore(opened, chunks)), opened
+    return DerivedLibrary(heads, releases, store=ShippedStore(opened, chunks, prefixes)), opened
 
 
 @pytest.fixture

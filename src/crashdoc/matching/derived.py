@@ -343,7 +343,9 @@ class DerivedLibrary:
     def _candidates(self, text: str) -> list[int]:
         """Records whose anchored pattern can match `text` (`derived_index`: nothing compiled until then)."""
         if self._prefixes is None:
-            self._prefixes = PrefixIndex(_head(row)[2] for row in self._rows)
+            rows = self._rows
+            shipped = self._store.prefixes if self._store is not None else None
+            self._prefixes = shipped or PrefixIndex(_head(row)[2] for row in rows)
         return self._prefixes.candidates(text)
 
     def match(self, message_line: str, exception_type: str, release: str | None = None) -> DerivedMatch | None:
@@ -545,8 +547,8 @@ def _read_shipped() -> Loaded:
         raw = folder.joinpath(INDEX).read_bytes()
     except OSError:
         return [], (), None
-    heads, releases, chunks = read_index(raw)
-    return list[Row](heads), releases, ShippedStore(lambda name: folder.joinpath(name).open("rb"), chunks)
+    heads, releases, chunks, prefixes = read_index(raw)
+    return list[Row](heads), releases, ShippedStore(lambda name: folder.joinpath(name).open("rb"), chunks, prefixes)
 
 
 def load_shipped() -> DerivedLibrary:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
+from typing import Any
 
 PREFIX_KEY = 8  # characters of a pattern's literal start used as an index key
 
@@ -98,7 +99,7 @@ class PrefixIndex:
     """Records (by position) keyed by their pattern's literal start; `short`: (head, position, needle) of the
     patterns whose literal start is shorter than the key (they begin with a hole)."""
 
-    def __init__(self, patterns: Iterable[str]) -> None:
+    def __init__(self, patterns: Iterable[str] = ()) -> None:
         self.buckets: dict[str, list[int]] = {}
         self.short: list[tuple[str, int, str]] = []
         for index, pattern in enumerate(patterns):
@@ -107,6 +108,17 @@ class PrefixIndex:
                 self.buckets.setdefault(head[:PREFIX_KEY], []).append(index)
             else:  # begins with a hole: its longest literal piece must be in the text (a lone line costs little)
                 self.short.append((head, index, needle(pattern)))
+
+    def as_data(self) -> dict[str, Any]:
+        """The index as JSON data: the shipped layout stores it (`derived_store`), so no process computes it."""
+        return {"buckets": self.buckets, "short": [list(s) for s in self.short]}
+
+    @classmethod
+    def of(cls, data: dict[str, Any]) -> PrefixIndex:
+        index = cls()
+        index.buckets = {str(k): [int(i) for i in v] for k, v in data["buckets"].items()}
+        index.short = [(str(h), int(i), str(n)) for h, i, n in data["short"]]
+        return index
 
     def candidates(self, text: str) -> list[int]:
         """Positions of the records whose anchored pattern can match `text`, in order."""
