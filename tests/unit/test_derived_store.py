@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import gzip
 import json
+from collections.abc import Iterator
 from pathlib import Path
-from typing import IO
 
 import pytest
 
@@ -25,7 +25,7 @@ from crashdoc.matching.derived import (
     signature_id,
     stored_rows,
 )
-from crashdoc.matching.derived_store import INDEX, ShippedStore, chunk_ranges, read_index, write_shipped
+from crashdoc.matching.derived_store import INDEX, chunk_ranges, read_shipped, write_shipped
 from crashdoc.remedy.accepted import release_checks
 
 RELEASES = ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")
@@ -62,21 +62,18 @@ def _memory() -> DerivedLibrary:
     return loads(dumps(library_of(sigs)))  # as stored in one file (format 2): rows sorted by id
 
 
-class _Opened:
-    """The chunk files a library read, in order."""
+def _from_folder(folder: Path) -> tuple[DerivedLibrary, list[str]]:
+    """The library of a written layout, and the chunks it decompresses (in order)."""
+    heads, releases, store = read_shipped(lambda name: (folder / name).read_bytes())
+    read: list[str] = []
+    rests = store.rests
 
-    def __init__(self, folder: Path) -> None:
-        self.folder, self.names = folder, list[str]()
+    def counted(chunk: int, wanted: set[str]) -> Iterator[tuple[str, str]]:
+        read.append(store.chunks[chunk])
+        return rests(chunk, wanted)
 
-    def __call__(self, name: str) -> IO[bytes]:
-        self.names.append(name)
-        return (self.folder / name).open("rb")
-
-
-def _from_folder(folder: Path) -> tuple[DerivedLibrary, _Opened]:
-    heads, releases, chunks, prefixes = read_index((folder / INDEX).read_bytes())
-    opened = _Opened(folder)
-    return DerivedLibrary(heads, releases, store=ShippedStore(opened, chunks, prefixes)), opened
+    store.rests = counted  # type: ignore[method-assign]
+    return DerivedLibrary(list(heads), releases, store=store), read
 
 
 @pytest.fixture
@@ -113,11 +110,11 @@ def test_matching_reads_no_chunk_but_the_winners_and_a_releases_checks_only_its_
     write_shipped(stored_rows(memory), memory.releases, tmp_path)
     shipped, opened = _from_folder(tmp_path)
     assert shipped.match("--nothing-like-it", "ValueError", "0.5.12") is None
-    assert opened.names == []
+    assert opened == []
     found = shipped.match("--page-size must be positive, got 0.", "ValueError", "0.5.12")
     assert found is not None and found.in_release is True and found.signature.releases == RELEASES[3:]
-    assert opened.names == ["0.5.12--0.5.12.jsonl.gz"]  # the winner's rest: its newest release's chunk
-    opened.names.clear()
+    assert opened == ["0.5.12--0.5.12.jsonl.gz"]  # the winner's rest: its newest release's chunk
+    opened.clear()
     checks = release_checks(shipped, "0.5.8")
     assert {c.message for c in checks} == {
         "--flag-0.5.8 must be set, got {}.",
@@ -125,7 +122,7 @@ def test_matching_reads_no_chunk_but_the_winners_and_a_releases_checks_only_its_
         "--tp-size must divide {}",
     }
     index = json.loads(gzip.decompress((tmp_path / INDEX).read_bytes()))
-    assert set(opened.names) < set(index["chunks"]) and len(opened.names) == len(set(opened.names))
+    assert set(opened) < set(index["chunks"]) and len(opened) == len(set(opened))
 
 
 def test_writing_again_gives_the_same_bytes_and_drops_chunks_it_no_longer_writes(
@@ -145,3 +142,18 @@ def test_the_shipped_layout_is_what_writing_its_records_gives(tmp_path: Path) ->
     written = write_shipped(stored_rows(shipped), shipped.releases, tmp_path)
     folder = Path(__file__).resolve().parents[2] / "src" / "crashdoc" / "matching" / "data" / "derived"
     assert {p.name: p.read_bytes() for p in written} == {p.name: p.read_bytes() for p in folder.iterdir()}
+
+
+def test_the_chunks_are_read_with_the_index_and_a_damaged_one_is_said(tmp_path: Path, small_chunks: None) -> None:
+    memory = _memory()
+    write_shipped(stored_rows(memory), memory.releases, tmp_path)
+    shipped, _ = _from_folder(tmp_path)
+    for path in tmp_path.iterdir():  # an upgrade replaced the files: what was read still answers
+        path.unlink()
+    assert list(shipped.signatures()) == list(memory.signatures())
+    written = write_shipped(stored_rows(memory), memory.releases, tmp_path)
+    chunk = next(p for p in written if p.name.startswith("0.5.12"))
+    chunk.write_bytes(chunk.read_bytes()[:30])  # cut short
+    damaged, _ = _from_folder(tmp_path)
+    with pytest.raises(ValueError, match=r"derived-signature chunk 0\.5\.12--0\.5\.12\.jsonl\.gz"):
+        _ = damaged.records

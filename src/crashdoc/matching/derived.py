@@ -27,7 +27,7 @@ import re2
 
 from crashdoc.events import FlagChange
 from crashdoc.matching.derived_index import PrefixIndex
-from crashdoc.matching.derived_store import INDEX, ShippedStore, in_spans, read_index
+from crashdoc.matching.derived_store import ShippedStore, in_spans, read_shipped
 from crashdoc.matching.library import Signature
 from crashdoc.text import LazyPattern
 
@@ -539,16 +539,15 @@ _SHIPPED: DerivedLibrary | None = None
 
 
 def _read_shipped() -> Loaded:
-    """The shipped index (heads only: each record's rest stays in its chunk until asked for)."""
+    """The shipped index (heads only: each record's rest stays compressed in its chunk until asked for)."""
     try:
         from importlib import resources  # 7 ms of imports that `explain` without a traceback never needs
 
         folder = resources.files("crashdoc.matching").joinpath("data/derived")
-        raw = folder.joinpath(INDEX).read_bytes()
+        heads, releases, store = read_shipped(lambda name: folder.joinpath(name).read_bytes())
     except OSError:
         return [], (), None
-    heads, releases, chunks, prefixes = read_index(raw)
-    return list[Row](heads), releases, ShippedStore(lambda name: folder.joinpath(name).open("rb"), chunks, prefixes)
+    return list[Row](heads), releases, store
 
 
 def load_shipped() -> DerivedLibrary:

@@ -18,7 +18,7 @@ import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from itertools import pairwise
 from pathlib import Path
-from typing import IO, Any
+from typing import Any
 
 from crashdoc.matching.derived_index import PrefixIndex
 
@@ -120,12 +120,12 @@ def _site_spans(sites: str) -> list[tuple[int, int]]:
 
 
 class ShippedStore:
-    """The chunks of one layout: reads the rest of wanted records, a chunk at a time, as a stream."""
+    """The chunks of one layout, kept compressed (0.25 MB: read with the index, so nothing is read from disk
+    later, when an upgrade may have replaced the files); the rest of wanted records decompressed as a stream."""
 
-    def __init__(
-        self, open_file: Callable[[str], IO[bytes]], chunks: Sequence[str], prefixes: PrefixIndex | None = None
-    ) -> None:
-        self._open, self.chunks = open_file, tuple(chunks)
+    def __init__(self, chunks: Sequence[tuple[str, bytes]], prefixes: PrefixIndex | None = None) -> None:
+        self.chunks = tuple(name for name, _ in chunks)
+        self._data = tuple(data for _, data in chunks)
         self.prefixes = prefixes  # the heads' literal-prefix index, as written beside them
 
     def rests(self, chunk: int, wanted: set[str]) -> Iterator[tuple[str, str]]:
@@ -135,20 +135,23 @@ class ShippedStore:
         left = set(wanted)
         inflate = zlib.decompressobj(31)
         tail = b""
-        with self._open(self.chunks[chunk]) as f:
-            while left:
-                block = f.read(_READ)
-                data = tail + (inflate.decompress(block) if block else inflate.flush())
-                lines = data.split(b"\n")
-                tail = lines.pop() if block else b""
-                for line in lines:
-                    key, _, rest = line.partition(b"\t")
-                    name = key.decode("ascii", "replace")
-                    if name in left:
-                        left.discard(name)
-                        yield name, rest.decode("utf-8")
-                if not block:
-                    break
+        data = memoryview(self._data[chunk])
+        for start in range(0, len(data) + _READ, _READ):
+            block = data[start : start + _READ]
+            try:
+                text = tail + (inflate.decompress(block) if block else inflate.flush())
+            except zlib.error as exc:
+                raise ValueError(f"derived-signature chunk {self.chunks[chunk]} is damaged: {exc}") from exc
+            lines = text.split(b"\n")
+            tail = lines.pop() if block else b""
+            for line in lines:
+                key, _, rest = line.partition(b"\t")
+                name = key.decode("ascii", "replace")
+                if name in left:
+                    left.discard(name)
+                    yield name, rest.decode("utf-8")
+            if not left or not block:
+                break
         if left:
             raise ValueError(f"derived-signature chunk {self.chunks[chunk]} lacks {len(left)} records")
 
@@ -164,5 +167,8 @@ def read_index(raw: bytes) -> tuple[list[Head], tuple[str, ...], list[str], Pref
     return list(body["heads"]), tuple(body["releases"]), list(body["chunks"]), PrefixIndex.of(body["prefixes"])
 
 
-def open_folder(folder: Path) -> Callable[[str], IO[bytes]]:
-    return lambda name: (folder / name).open("rb")
+def read_shipped(read: Callable[[str], bytes]) -> tuple[list[Head], tuple[str, ...], ShippedStore]:
+    """(heads, releases, store) of the layout whose files `read` returns by name (OSError when one is missing;
+    ValueError when the index is malformed)."""
+    heads, releases, names, prefixes = read_index(read(INDEX))
+    return heads, releases, ShippedStore([(name, read(name)) for name in names], prefixes)
