@@ -44,13 +44,15 @@ NON_SECRET_PREFIXES: tuple[str, ...] = ("hicache", "kv")
 _KEEP_VALUE = re.compile(r"""(?:None|null|nil|true|false|''|""|<redacted>|["']?\$(?:\w+|\{\w+\})["']?)\Z""", re.I)
 
 # Words that follow a secret flag's name in prose (SGLang's own errors: "--ssl-keyfile-password has no effect
-# without ..."), never its value: keeping them keeps the error readable. Only for `--flag word` in text;
-# `--flag=word` and argv are always masked.
+# without ..."; "--grpc-port is incompatible with --api-key/--admin-api-key: the native gRPC ..."), never its
+# value: keeping them keeps the error readable. Only for `--flag word` and `--flag: word` in text; `--flag=word`
+# and argv are always masked.
 _PROSE_WORDS: frozenset[str] = frozenset(
     {
         "has", "have", "is", "are", "was", "were", "must", "requires", "require", "needs", "need", "cannot",
         "can", "should", "will", "and", "or", "with", "without", "only", "not", "to", "of", "in", "for", "when",
-        "if", "but", "which", "that", "flag", "option", "value", "given", "set", "also",
+        "if", "but", "which", "that", "flag", "option", "value", "given", "set", "also", "the", "a", "an", "this",
+        "it", "its", "please", "use", "because",
     }
 )  # fmt: skip
 
@@ -214,6 +216,9 @@ class Redactor:
                     continue
             elif ":" in sep or "=" in sep:
                 value = self._assign_value.match(text, m.end())
+                prose = value is not None and value[0].rstrip(".,;:") in _PROSE_WORDS
+                if prose and name.startswith("-") and "=" not in sep:  # `--api-key: the ...` is SGLang's prose
+                    continue
             else:
                 continue
             if value is None or _KEEP_VALUE.match(value[0]):

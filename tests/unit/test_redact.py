@@ -44,6 +44,7 @@ SECRET = "s3cr3t-Value_9"
         ),
         (f'{{"api_key": "{SECRET}", "tp_size": 4}}', '{"api_key": "<redacted>", "tp_size": 4}'),
         (f"api_key: {SECRET}\nport: 30000", "api_key: <redacted>\nport: 30000"),
+        (f"--api-key: {SECRET} --tp 4", "--api-key: <redacted> --tp 4"),
         (
             f'curl -H "Authorization: Bearer {SECRET}" http://127.0.0.1:30000/health',
             'curl -H "Authorization: Bearer <redacted>" http://127.0.0.1:30000/health',
@@ -90,6 +91,8 @@ def test_secrets_are_masked(text: str, expected: str) -> None:
         # SGLang's own errors about secret flags: the word after the name is prose, not a value
         "ValueError: --ssl-keyfile-password has no effect without --ssl-certfile and --ssl-keyfile.",
         "--ssl-ca-certs or --ssl-keyfile-password without --ssl-certfile and --ssl-keyfile",
+        "ValueError: --grpc-port is incompatible with --api-key/--admin-api-key: the native gRPC listener bypasses "
+        "HTTP auth middleware.",
     ],
 )
 def test_non_secrets_stay_readable(text: str) -> None:

@@ -19,6 +19,7 @@ from crashdoc.matching.derived import DerivedMatch, release_range
 from crashdoc.matching.flagnames import canonical
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
+from crashdoc.matching.protection import protection_notes
 from crashdoc.matching.templates import placeholder, placeholder_note, render, render_text, with_current
 from crashdoc.text import LazyPattern
 
@@ -193,6 +194,7 @@ class DiagnosisBuilder:
         waiting = [c for c in changes if c.placeholder]
         if waiting:  # a value only the operator knows: said even when no command line is at hand
             warnings.append(placeholder_note(waiting))
+        warnings.extend(protection_notes(changes))
         lever = changes[0].flag if changes else ""
         summary = render_text(sig.fix_summary, with_current(captures, flags, lever), flags, lever)
         from crashdoc.diagnosis_records import Fix

@@ -15,6 +15,7 @@ from dataclasses import dataclass, replace
 
 from crashdoc.events import Diagnosis, FlagChange
 from crashdoc.matching.derived import DerivedLibrary, fix_of, release_key
+from crashdoc.matching.protection import protection_notes
 from crashdoc.remedy.argfacts import ArgFacts, FactsLibrary, load_shipped
 from crashdoc.remedy.commandline import LaunchCommand
 from crashdoc.remedy.failing import Failure
@@ -132,6 +133,7 @@ def with_result(d: Diagnosis, result: SearchResult, note: str = "") -> Diagnosis
         warnings = [w for w in warnings if not any(flag in w for flag in gone)]
         if fix.changes:
             warnings.append(f"crashdoc's first answer was {'; '.join(f'`{describe(c)}`' for c in fix.changes)}")
+        warnings.extend(protection_notes(result.changes))
     elif not result.changes and result.status == "none" and result.checked:
         changes = []  # SGLang was asked, and rejected every change crashdoc could justify: none is shown
     if note:

@@ -22,11 +22,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from crashdoc.events import FlagChange
+from crashdoc.matching.protection import gives_up
 from crashdoc.remedy import conditions
 from crashdoc.remedy.argfacts import UNKNOWN, ArgFacts, Option
 from crashdoc.remedy.failing import Current, Failure
 
 MAX_CANDIDATES = 24
+WEAKENS = 40  # the score a change loses when it turns TLS or a key off (`matching.protection`)
 MAX_CHOICES = 3  # values tried from a long list of choices (the default and the message's first)
 _FLAG = re.compile(r"(?<![\w-])--[a-z0-9](?:[a-z0-9-]*[a-z0-9])?(?![\w-])")
 _WORD = re.compile(r"(?<![\w.-])[a-z][a-z0-9]*(?:_[a-z0-9]+)+(?![\w-])")
@@ -342,6 +344,7 @@ class _Collector:
                 if not resolves:
                     return  # the failing condition stays true: this change cannot pass that check
         final = score + (12 if resolves else 0) - 8 * (len(real) - 1) + sum(map(self._direction, real))
+        final -= WEAKENS * sum(1 for c in real if gives_up(c) is not None)  # any other way out first
         candidate = Candidate(real, why, final, resolves)
         key = candidate.key()
         known = self.found.get(key)
