@@ -206,7 +206,7 @@ def _options() -> re2.Options:
 # A record: a dict (built in this process), a stored row [id, type, pattern, template length, the other fields
 # as a JSON string] that matching reads without parsing the rest, or (the shipped layout, `derived_store`) a
 # head [id, type, pattern, template length, release spans, chunk] whose rest is read from its chunk when needed.
-Row = dict[str, Any] | list[Any]
+Row = dict[str, Any] | list[Any] | tuple[Any, ...]
 _HEAD_FIELDS = ("id", "type", "pattern")
 Loaded = tuple[list[Row], tuple[str, ...], ShippedStore | None]
 
@@ -223,7 +223,7 @@ def _positioned(rests: Iterator[tuple[str, str]], ids: dict[str, int]) -> Iterat
 
 def _shipped(row: Row) -> tuple[str, int]:
     """A head's release spans and chunk (the shipped layout's rows only)."""
-    assert isinstance(row, list)
+    assert not isinstance(row, dict)
     return row[4], row[5]
 
 

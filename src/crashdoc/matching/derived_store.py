@@ -27,8 +27,8 @@ INDEX = "index.json.gz"
 CHUNK_RECORDS = 100  # records a chunk holds at most (one release's are never split)
 _READ = 1 << 13  # compressed bytes read at a time (about 50 KB of lines)
 
-# A head: [id, exception type, pattern, template length, spans "0-12 40-91" (release positions), chunk number]
-Head = list[Any]
+# A head: (id, exception type, pattern, template length, spans "0-12 40-91" (release positions), chunk number)
+Head = tuple[Any, ...]
 
 
 def spans_text(runs: Iterable[Sequence[Any]]) -> str:
@@ -164,7 +164,11 @@ def read_index(raw: bytes) -> tuple[list[Head], tuple[str, ...], list[str], Pref
         raise ValueError(f"not a derived-signature index: {exc}") from exc
     if not isinstance(body, dict) or body.get("format") != INDEX_FORMAT:
         raise ValueError(f"a derived-signature index of an unknown format (expected format {INDEX_FORMAT})")
-    return list(body["heads"]), tuple(body["releases"]), list(body["chunks"]), PrefixIndex.of(body["prefixes"])
+    # tuples, one string per distinct type and spans (18 and 163): 0.55 MB instead of 0.75 for 1,458 heads (a
+    # local table, not sys.intern: growing the interpreter's would cost more than it saves)
+    one: dict[str, str] = {}
+    heads = [(h[0], one.setdefault(h[1], h[1]), h[2], h[3], one.setdefault(h[4], h[4]), h[5]) for h in body["heads"]]
+    return heads, tuple(body["releases"]), list(body["chunks"]), PrefixIndex.of(body["prefixes"])
 
 
 def read_shipped(read: Callable[[str], bytes]) -> tuple[list[Head], tuple[str, ...], ShippedStore]:
