@@ -145,7 +145,7 @@ def test_a_state_file_written_by_main_before_the_schema_loads_and_shows_what_it_
     store = CursorStore(tmp_path)
     assert store.save(saved.cursor, engine=e.snapshot())
     doc = json.loads((tmp_path / "state.json").read_text())["engine"]
-    assert doc["version"] == snapshot.VERSION == 2
+    assert doc["version"] == snapshot.VERSION == 3
     text = json.dumps(doc)
     assert '"__type__": "unit"' in text and '"__type__": "UnitRecord"' not in text
     assert '"sglang_version": "0.5.23"' in text, "the file's names are the schema's, not the attributes'"
@@ -183,3 +183,86 @@ def test_every_field_of_a_saved_record_is_in_the_schema_or_left_out_by_name() ->
         unknown = attributes - {f.name for f in dataclasses.fields(record.cls)}
         assert not unknown, f"{record.name}: the schema names attributes {record.cls.__name__} lacks: {unknown}"
     assert not missing, "add these to diagnosis/snapshot.py SCHEMA, or to left_out:\n" + "\n".join(missing)
+
+
+# written by main at da78ce8 (engine snapshot version 2: each loop's crashes kept twice, in `crashes` and
+# `loop_crashes`, and every traceback a finding shares with its run saved twice), and what that code showed
+# after restoring it: see tests/fixtures/state/README.md for the scenario and the script
+V2_STATE = FIXTURES / "state" / "state-v2-main-da78ce8.json"
+V2_SHOWED = FIXTURES / "state" / "state-v2-main-da78ce8.expected.json"
+V2_ROLES = {UNIT: "prefill", "sglang-decode.service": "decode", "sglang-router.service": "any"}
+V2_SCRIPT = {
+    "/opt/sglang/prefill.sh": "#!/bin/bash\nsource /opt/venv/bin/activate\nexec python -m sglang.launch_server \\\n"
+    "    --model-path deepseek-ai/DeepSeek-V4-Flash \\\n    --tp 8 \\\n    --hicache-size 150 \\\n"
+    "    --api-key not-a-real-key\n"
+}
+
+
+def v2_engine() -> Engine:
+    matcher = Matcher(load_library([FIXTURES / "signatures"]), load_shipped())
+    return build_engine(matcher, thresholds=Thresholds(recovery=10), role_of=V2_ROLES.get)
+
+
+def v2_shown(e: Engine) -> dict[str, object]:
+    """What the fixture's expectation holds: diagnoses and warnings (the remedy stage reading the prefill unit's
+    launch script), the unit metric families, the outbox, and each unit's loop state and counts."""
+
+    def read(path: str) -> str:
+        if path not in V2_SCRIPT:
+            raise FileNotFoundError(path)
+        return V2_SCRIPT[path]
+
+    stage = RemedyStage(read=read, root=Path("/nonexistent"))  # no host memory read: the same output anywhere
+    diagnoses = stage.remedy_all(e.diagnoses(), check=False)
+    warnings = stage.remedy_all(e.warnings(), check=False)
+    registry = make_registry(CrashdocCollector(e.units, Health(), threading.Lock()))
+    families = ("crashdoc_unit", "crashdoc_crashes", "crashdoc_diagnosis", "crashdoc_line", "crashdoc_warnings")
+    metrics = [line for line in exposition(registry).decode().splitlines() if line.startswith(families)]
+    return {
+        "diagnoses": json.loads(diagnoses_json(diagnoses, warnings=warnings)),
+        "metrics": metrics,
+        "pending": [[ev.kind, ev.unit, ev.at] for ev in e.pending()],
+        "units": {
+            n: [v.loop_state, v.crashes_total, v.restarts_total, dict(v.crashes_by_signature)]
+            for n, v in e.units().items()
+        },
+    }
+
+
+def test_a_state_file_written_by_main_da78ce8_loads_and_shows_what_it_showed(tmp_path: Path) -> None:
+    """The version 2 state of a daemon of main da78ce8 (a loop of seven crashes with a run in progress, a loop that
+    recovered, warnings and a line failure, an outbox) is migrated: the same loops, counts, root causes, fixes,
+    metrics and outbox come out; saved again in today's schema it reads back the same, and goes on."""
+    shutil.copy(V2_STATE, tmp_path / "state.json")
+    saved = CursorStore(tmp_path).load()
+    assert saved.warning == "" and saved.engine is not None and saved.engine["version"] == 2
+    e = v2_engine()
+    assert restore(e, saved, journal_gone=False)
+    expected = json.loads(V2_SHOWED.read_text())
+    assert v2_shown(e) == expected
+    assert expected["units"][UNIT][:2] == ["crash-looping", 7]
+    assert expected["units"]["sglang-router.service"][0] == "recovered"
+    [looping] = [d for d in expected["diagnoses"]["diagnoses"] if d["unit"] == UNIT]
+    assert looping["signature"] == "dsv4-hicache-size-unsupported" and looping["crashes"] == 7
+    assert looping["root_cause"]["type"] == "ValueError"
+
+    store = CursorStore(tmp_path)
+    assert store.save(saved.cursor, engine=e.snapshot())
+    assert json.loads((tmp_path / "state.json").read_text())["engine"]["version"] == snapshot.VERSION
+    again = v2_engine()
+    assert restore(again, CursorStore(tmp_path).load(), journal_gone=False)
+    assert v2_shown(again) == expected
+
+    for resumed in (e, again):  # the run in progress goes on: its crash is the loop's eighth
+        resumed.events()
+        run, t = f"{8:032x}", 1_800_000_100.0
+        for text in TRACEBACK[3:]:
+            resumed.on_line(LogLine(UNIT, 208, text, t, run))
+        resumed.on_lifecycle(
+            LifecycleRecord(UNIT, Lifecycle.EXITED, t + 0.2, run, exit_code="killed", exit_status="KILL")
+        )
+        resumed.on_lifecycle(LifecycleRecord(UNIT, Lifecycle.FAILED, t + 0.2, run, result="signal"))
+        resumed.tick(t + 5)
+        [d] = resumed.diagnoses([UNIT])
+        assert d.crashes == 8 and d.signature == "dsv4-hicache-size-unsupported"
+        assert resumed.units()[UNIT].crashes_by_signature["dsv4-hicache-size-unsupported"] == 8

@@ -35,13 +35,14 @@ from crashdoc.diagnosis.lone import judge_lone
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.diagnosis.reporting import Reporter
 from crashdoc.diagnosis.run import LineHit, Run
-from crashdoc.diagnosis.unitrecord import UnitRecord
+from crashdoc.diagnosis.unitrecord import UnitRecord, begin
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
 from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
 from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
     from crashdoc.diagnosis.gpustate import GpuRecord
+    from crashdoc.diagnosis.snapshot import EngineState, SavedText
     from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
     from crashdoc.diagnosis_records import Diagnosis
     from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
@@ -82,6 +83,7 @@ class Engine:
             hardware=lambda unit, run, d: d if self._gpu is None else self._gpu.judge(unit, run, d),
         )
         self.verdicts = Verdicts(self.reporter)
+        self._saved: SavedText | None = None  # each unit's saved text: made again for `verdicts.changed` only
         self.quiet_seconds = quiet_seconds
         # pasted logs: a failure may be stated by a lone message line (the journal's daemon never guesses so)
         self.lone_lines = lone_lines
@@ -137,6 +139,7 @@ class Engine:
         rec = self._units.get(line.unit) or self._record(line.unit)
         if rec is None:
             return
+        self.verdicts.changed.add(rec.name)
         if line.timestamp > self.now:
             self.now = line.timestamp
         run = rec.current
@@ -286,6 +289,7 @@ class Engine:
             return
         from crashdoc.diagnosis.configchange import FileChange  # the daemon's alone: a paste has no files
 
+        self.verdicts.changed.add(unit)
         rec.file_changes.append(FileChange(path, at))
         del rec.file_changes[:-MAX_FILE_CHANGES]
 
@@ -294,7 +298,7 @@ class Engine:
         self.now = max(self.now, now)
         verdicts = self.verdicts
         for tb in self.assembler.flush_idle(now, self.quiet_seconds):
-            rec = self._units.get(tb.unit)
+            rec = self._record(tb.unit)  # marked changed
             if rec is not None:
                 self._add_traceback(rec, tb)
         for rec in self._units.values():
@@ -325,6 +329,7 @@ class Engine:
     def finish(self) -> None:
         """End of a one-shot input: whatever is still open is judged on what was seen."""
         verdicts = self.verdicts
+        verdicts.changed.update(self._units)
         for rec in self._units.values():
             if rec.stop_seen_at is not None:
                 verdicts.stopped(rec, self.now)
@@ -437,36 +442,19 @@ class Engine:
     # --- persistence ---------------------------------------------------------------------
 
     def snapshot(self) -> dict[str, Any]:
-        """Everything the engine knows, as versioned JSON data (`diagnosis.snapshot`), to resume
-        exactly where a killed or upgraded crashdoc stopped.
-
-        Only data is saved (no matcher, builder or callables): units with their runs, loop
-        state and diagnoses, the tracebacks still being assembled, and the events not yet
-        drained: saved before the outputs act on them, they are an outbox that a restarted
-        crashdoc hands out again (its outputs skip what they already did), so that a decision
-        taken on a D-Bus change or a tick, which a replay of the journal would not redo, is
-        never lost and never redone.
-        """
+        """Everything the engine knows as versioned JSON data (`diagnosis.snapshot`), to resume where a killed or
+        upgraded crashdoc stopped, with the events not yet drained: an outbox a restarted crashdoc hands out again
+        (a decision taken on a D-Bus change or a tick, which a replay of the journal would not redo)."""
         from crashdoc.diagnosis import snapshot  # the daemon's alone: explain and diagnose never save
 
-        self.judge()  # what is saved is settled: nothing a line left due is lost with the process
-        state = snapshot.EngineState(
-            self._units,
-            self.assembler.export(),
-            self._synthetic,
-            self._seq,
-            self.now,
-            list(self.verdicts.events),
-            self._gpu_record(),
-        )
-        return snapshot.dump(state)
+        return snapshot.dump(_state(self))
 
     def restore(self, saved: dict[str, Any] | bytes) -> None:
         """Load a snapshot made by `snapshot` (this schema or an older one), or the pickle crashdoc 0.1.0 saved
         (bytes: once, on the first start after the upgrade); raises ValueError (SnapshotError) otherwise."""
-        from crashdoc.diagnosis import snapshot
+        from crashdoc.diagnosis import snapshot, snapshot_pickle
 
-        state = snapshot.from_legacy_pickle(saved) if isinstance(saved, bytes) else snapshot.load(saved)
+        state = snapshot_pickle.from_legacy_pickle(saved) if isinstance(saved, bytes) else snapshot.load(saved)
         for rec in state.units.values():
             rec.loop.thresholds = self.thresholds  # the configuration may have changed meanwhile
             rec.role = self.role_of(rec.name) or rec.role
@@ -477,13 +465,14 @@ class Engine:
         self.now = state.now
         self.verdicts.events = state.events
         self._gpu = state.gpus
-        self._gpu_joins = None
+        self._gpu_joins = self._saved = None  # every unit encoded again at the next snapshot_text
 
     # --- configuration changes while running -------------------------------------------------------
 
     def forget_loops(self) -> None:
         """The journal the state came from is gone (a new journal, a re-imaged host): no loop that it
         showed can be going on now. Counters keep their totals; runs in progress are forgotten."""
+        self.verdicts.changed.update(self._units)
         for rec in self._units.values():
             rec.loop.reset()
             rec.diagnosis = None
@@ -507,6 +496,7 @@ class Engine:
             if self._gpu is not None:
                 self._gpu.forget_unit(name)
         self._gpu_joins = None
+        self.verdicts.changed.update(self._units)
         for name, rec in self._units.items():
             rec.role = role_of(name) or rec.role
         return gone
@@ -514,13 +504,14 @@ class Engine:
     # --- internals -----------------------------------------------------------------------
 
     def _record(self, unit: str) -> UnitRecord | None:
-        """The unit's record, created on first sight when the unit is watched."""
+        """The unit's record, created on first sight when the unit is watched; marked changed (an input reached it)."""
         rec = self._units.get(unit)
         if rec is None:
             role = self.role_of(unit)
             if role is None:
                 return None
             rec = self._units[unit] = UnitRecord(unit, role, LoopTracker(unit, self.thresholds))
+        self.verdicts.changed.add(unit)
         return rec
 
     def _gpu_record(self) -> GpuRecord:
@@ -562,13 +553,23 @@ class Engine:
             rec.late.add(run.id)  # judged again (`judge`) with the traceback that came after its verdict
 
 
-def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
-    """The command a run starts with, with its flags and release as last read (before anyone edits it)."""
-    run.cmdline = cmdline
-    facts = rec.launches.get(cmdline)
-    run.flags = dict(facts.flags) if facts is not None else {}
-    if facts is not None and facts.sglang_release:
-        run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from
+def snapshot_text(engine: Engine) -> str:
+    """`engine.snapshot()` as the state file's JSON text (the daemon's saves): only the units changed since the
+    last are encoded again. (Not a method: the engine's interface is one, of as many methods as it may hold.)"""
+    from crashdoc.diagnosis.snapshot import SavedText
+
+    engine._saved = engine._saved or SavedText()
+    return engine._saved.text(_state(engine), engine.verdicts.changed)
+
+
+def _state(engine: Engine) -> EngineState:
+    from crashdoc.diagnosis.snapshot import EngineState
+
+    engine.judge()  # what is saved is settled: nothing a line left due is lost with the process
+    events, gpus = list(engine.verdicts.events), engine._gpu_record()
+    return EngineState(
+        engine._units, engine.assembler.export(), engine._synthetic, engine._seq, engine.now, events, gpus
+    )
 
 
 FeedEvent: TypeAlias = "LogLine | LifecycleRecord | UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices"

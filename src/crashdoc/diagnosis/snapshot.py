@@ -9,13 +9,16 @@ make crashdoc run code. A field the file lacks gets its class's default, a field
 dropped, so an upgrade (or a downgrade) keeps counters, loops and the tracebacks in progress. A change that
 defaults cannot express gets a migration in `MIGRATIONS` (version N -> N+1).
 
-crashdoc 0.1.0 saved a pickle; `from_legacy_pickle` reads it into today's classes once, so the first start
-after the upgrade resumes where the old daemon stopped.
+Each object is saved once per unit: a run or traceback a unit's records hold again (its current run, the traceback
+of a crash's finding) is `{"__ref__": N}`, the Nth such record saved before it in that unit, and a loop's crashes
+are how many of the unit's latest crashes it holds. `SavedText` keeps each unit's JSON text and encodes again only
+the units the engine changed since (crashdoc 0.1.0's pickle: `snapshot_pickle`).
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
 from collections import Counter, OrderedDict, deque
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -24,7 +27,7 @@ from typing import Any
 
 from crashdoc.assembly.traceback import _Pending
 from crashdoc.diagnosis.configchange import FileChange
-from crashdoc.diagnosis.crashloop import Crash, LoopState, LoopTracker, Transition
+from crashdoc.diagnosis.crashloop import Crash, LoopState, LoopTracker
 from crashdoc.diagnosis.gpustate import GpuRecord
 from crashdoc.diagnosis.rootcause import Finding
 from crashdoc.diagnosis.run import Handled, LineHit, Run
@@ -41,19 +44,17 @@ from crashdoc.events import (
     GpuInfo,
     GpuMap,
     LaunchFacts,
-    Lifecycle,
     LogLine,
     Marker,
     Match,
     RootCause,
-    Thresholds,
     Traceback,
     UnitState,
 )
 from crashdoc.matching.derived import DerivedMatch, DerivedSignature
 
 SCHEMA_NAME = "crashdoc-engine"
-VERSION = 2
+VERSION = 3
 
 
 @dataclass(slots=True)
@@ -79,16 +80,27 @@ class Record:
     fields: tuple[str, ...]
     attributes: dict[str, str] = dataclasses.field(default_factory=dict)  # name in the file -> attribute
     left_out: tuple[str, ...] = ()  # attributes deliberately not saved (rebuilt on restore)
+    shared: bool = False  # held more than once in a unit's records: saved once, then as {"__ref__": N}
+    tails: dict[str, str] = dataclasses.field(default_factory=dict)  # a deque saved as the count of another's last
 
     def attribute(self, name: str) -> str:
         return self.attributes.get(name, name)
 
 
-def _record(name: str, cls: type, fields: str, left_out: str = "", **attributes: str) -> Record:
-    return Record(name, cls, tuple(fields.split()), attributes, tuple(left_out.split()))
+def _record(
+    name: str,
+    cls: type,
+    fields: str,
+    left_out: str = "",
+    shared: bool = False,
+    tails: dict[str, str] | None = None,
+    **attributes: str,
+) -> Record:
+    return Record(name, cls, tuple(fields.split()), attributes, tuple(left_out.split()), shared, tails or {})
 
 
-# The schema of version 2. Field names are the file's; `sglang_version=` says which attribute a file name holds.
+# The schema of version 3 (version 2 saved a loop's crashes and shared records again in full). Field names are
+# the file's; `sglang_version=` says which attribute a file name holds.
 # The GPU records (`gpus` of the engine, `hardware` of a crash, `environment` of a unit state) came later within
 # version 2: a file without them loads with their defaults (no GPU fault seen), so they need no migration.
 SCHEMA: tuple[Record, ...] = (
@@ -96,7 +108,7 @@ SCHEMA: tuple[Record, ...] = (
     _record(
         "unit",
         UnitRecord,
-        "name role loop runs current restarts_total n_restarts state crashes_by_signature crashes_total "
+        "name role runs current loop restarts_total n_restarts state crashes_by_signature crashes_total "
         "last_crash_at diagnosis last_diagnosis last_good file_changes line_failures warnings_by_kind pending_end "
         "sglang stop_seen_at launches",
         left_out="late unjudged",  # verdicts due: taken before every snapshot
@@ -109,6 +121,7 @@ SCHEMA: tuple[Record, ...] = (
         "n_restarts start_limit_hit deactivated oom_message good flags ended_by_input handled handled_total "
         "open_tracebacks worded tore_down sglang_release sglang_release_from logged_release serving_seq last_batch "
         "loose lone",
+        shared=True,
     ),
     _record("line_hit", LineHit, "match line seq"),
     _record("handled", Handled, "traceback reason how count kind kept fingerprint processes request"),
@@ -117,6 +130,7 @@ SCHEMA: tuple[Record, ...] = (
         LoopTracker,
         "unit state crashes startup_streak loop_started_at loop_crashes loop_crash_count recovered_at last_crash_at",
         left_out="thresholds",  # the configuration's, set again on restore
+        tails={"loop_crashes": "crashes"},  # the loop's are always the unit's latest crashes, the same objects
     ),
     _record("crash", Crash, "invocation at before_ready finding exit lifetime hardware"),
     _record(
@@ -147,6 +161,7 @@ SCHEMA: tuple[Record, ...] = (
         "traceback",
         Traceback,
         "unit pid chain timestamp invocation wrapper rank header text truncated seq logged_with",
+        shared=True,
     ),
     _record("exception", ExceptionInfo, "type message frames line"),
     _record("frame", Frame, "file line function code"),
@@ -244,12 +259,34 @@ def _v1_to_v2(data: dict[str, Any]) -> dict[str, Any]:
     return {"__type__": "engine", **top["__dict__"]}
 
 
+def _v2_to_v3(data: dict[str, Any]) -> dict[str, Any]:
+    """Version 2 (crashdoc up to main da78ce8) saved each loop's crashes twice, in `crashes` and again in
+    `loop_crashes`; in the engine they are the same objects, the loop's the unit's latest (a loop begins with the
+    latest crashes and every crash while it lasts goes to both). Version 3 saves how many of them the loop holds,
+    and they are the same objects again once loaded. (Records a unit holds twice, saved in full twice by version
+    2, load as two copies: version 3 writes them once at the next save.)"""
+    units = data.get("units")
+    for unit in units.get("__dict__", {}).values() if isinstance(units, dict) else ():
+        loop = unit.get("loop") if isinstance(unit, dict) else None
+        if not isinstance(loop, dict) or "loop_crashes" not in loop:
+            continue
+        held, crashes = loop["loop_crashes"], loop.get("crashes")
+        if not isinstance(held, dict) or not isinstance(held.get("__deque__"), list):
+            raise SnapshotError("damaged snapshot: a loop's crashes are not a list")
+        latest = crashes.get("__deque__", []) if isinstance(crashes, dict) else []
+        loop["loop_crashes"] = min(len(held["__deque__"]), len(latest))
+    return data
+
+
 # version N -> N+1, applied in order to the "data" of an older snapshot
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2}
+MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {1: _v1_to_v2, 2: _v2_to_v3}
 
 
 class SnapshotError(ValueError):
     """The snapshot cannot be used (damaged, foreign, or from a newer schema)."""
+
+
+_PLAIN = frozenset({str, int, float, bool, type(None)})
 
 
 class Codec:
@@ -261,7 +298,10 @@ class Codec:
         self.enums = enums
         self.enum_names: dict[type[Enum], str] = {cls: name for name, cls in enums.items()}
 
-    def encode(self, value: Any) -> Any:
+    def encode(self, value: Any, memo: dict[int, int] | None = None) -> Any:
+        """`value` as JSON values; `memo`: the shared records of the unit being saved, by id, and their numbers."""
+        if type(value) in _PLAIN:  # most values: before the checks their subclasses (StrEnum) need
+            return value
         if isinstance(value, Enum):  # before str: the loop states are StrEnums
             name = self.enum_names.get(type(value))
             if name is None:
@@ -271,72 +311,100 @@ class Codec:
             return value
         record = self.by_class.get(type(value))
         if record is not None:
+            if record.cls is UnitRecord:
+                memo = {}  # what is saved once is saved once per unit
+            elif record.shared and memo is not None and id(value) in memo:
+                return {"__ref__": memo[id(value)]}
             out: dict[str, Any] = {"__type__": record.name}
             for name in record.fields:
-                out[name] = self.encode(getattr(value, record.attribute(name)))
+                field = getattr(value, record.attribute(name))
+                out[name] = len(field) if name in record.tails else self.encode(field, memo)
+            if record.shared and memo is not None:  # numbered once saved, as `_record` numbers them once built
+                memo[id(value)] = len(memo)
             return out
-        if dataclasses.is_dataclass(value) and not isinstance(value, type):
-            raise SnapshotError(f"{type(value).__module__}.{type(value).__name__} is not part of a snapshot")
         if isinstance(value, Counter):
-            return {"__counter__": [[self.encode(k), v] for k, v in value.items()]}
+            return {"__counter__": [[self.encode(k, memo), v] for k, v in value.items()]}
         if isinstance(value, OrderedDict):
-            return {"__odict__": [[self.encode(k), self.encode(v)] for k, v in value.items()]}
+            return {"__odict__": [[self.encode(k, memo), self.encode(v, memo)] for k, v in value.items()]}
         if isinstance(value, dict):
             if all(isinstance(k, str) for k in value):
-                return {"__dict__": {k: self.encode(v) for k, v in value.items()}}
-            return {"__pairs__": [[self.encode(k), self.encode(v)] for k, v in value.items()]}
+                return {"__dict__": {k: self.encode(v, memo) for k, v in value.items()}}
+            return {"__pairs__": [[self.encode(k, memo), self.encode(v, memo)] for k, v in value.items()]}
         if isinstance(value, deque):
-            return {"__deque__": [self.encode(v) for v in value], "maxlen": value.maxlen}
+            return {"__deque__": [self.encode(v, memo) for v in value], "maxlen": value.maxlen}
         if isinstance(value, tuple):
-            return {"__tuple__": [self.encode(v) for v in value]}
+            return {"__tuple__": [self.encode(v, memo) for v in value]}
         if isinstance(value, list):
-            return [self.encode(v) for v in value]
+            return [self.encode(v, memo) for v in value]
         if isinstance(value, frozenset | set):
             tag = "__frozenset__" if isinstance(value, frozenset) else "__set__"
-            return {tag: [self.encode(v) for v in value]}
+            return {tag: [self.encode(v, memo) for v in value]}
+        if dataclasses.is_dataclass(value) and not isinstance(value, type):
+            raise SnapshotError(f"{type(value).__module__}.{type(value).__name__} is not part of a snapshot")
         raise SnapshotError(f"cannot save a {type(value).__name__} in a snapshot")
 
-    def decode(self, value: Any) -> Any:
+    def decode(self, value: Any, memo: list[Any] | None = None) -> Any:
+        """The records and containers `encode` saved; `memo`: the unit's shared records built so far, in order."""
         if isinstance(value, list):
-            return [self.decode(v) for v in value]
+            return [self.decode(v, memo) for v in value]
         if not isinstance(value, dict):
             return value
         if "__type__" in value:
-            return self._record(value)
+            return self._record(value, memo)
+        if "__ref__" in value:
+            n = value["__ref__"]
+            if memo is None or not isinstance(n, int) or not 0 <= n < len(memo):
+                raise SnapshotError(f"damaged snapshot: a reference to no record saved before it ({n!r})")
+            return memo[n]
         if "__enum__" in value:
             enum = self.enums.get(str(value["__enum__"]))
             if enum is None:
                 raise SnapshotError(f"unknown enumeration {value['__enum__']!r}")
             return enum(value["value"])
         if "__dict__" in value:
-            return {k: self.decode(v) for k, v in value["__dict__"].items()}
+            return {k: self.decode(v, memo) for k, v in value["__dict__"].items()}
         if "__pairs__" in value:
-            return {self._key(k): self.decode(v) for k, v in value["__pairs__"]}
+            return {self._key(k, memo): self.decode(v, memo) for k, v in value["__pairs__"]}
         if "__odict__" in value:
-            return OrderedDict((self._key(k), self.decode(v)) for k, v in value["__odict__"])
+            return OrderedDict((self._key(k, memo), self.decode(v, memo)) for k, v in value["__odict__"])
         if "__counter__" in value:
-            return Counter({self._key(k): int(v) for k, v in value["__counter__"]})
+            return Counter({self._key(k, memo): int(v) for k, v in value["__counter__"]})
         if "__deque__" in value:
-            return deque((self.decode(v) for v in value["__deque__"]), maxlen=value.get("maxlen"))
+            return deque((self.decode(v, memo) for v in value["__deque__"]), maxlen=value.get("maxlen"))
         if "__tuple__" in value:
-            return tuple(self.decode(v) for v in value["__tuple__"])
+            return tuple(self.decode(v, memo) for v in value["__tuple__"])
         if "__set__" in value:
-            return {self._key(v) for v in value["__set__"]}
+            return {self._key(v, memo) for v in value["__set__"]}
         if "__frozenset__" in value:
-            return frozenset(self._key(v) for v in value["__frozenset__"])
+            return frozenset(self._key(v, memo) for v in value["__frozenset__"])
         raise SnapshotError(f"unknown value in a snapshot: keys {sorted(value)[:5]}")
 
-    def _key(self, value: Any) -> Any:
-        key = self.decode(value)
+    def _key(self, value: Any, memo: list[Any] | None) -> Any:
+        key = self.decode(value, memo)
         return tuple(key) if isinstance(key, list) else key
 
-    def _record(self, value: dict[str, Any]) -> Any:
+    def _record(self, value: dict[str, Any], memo: list[Any] | None) -> Any:
         name = str(value["__type__"])
         record = self.by_name.get(name)
         if record is None:
             raise SnapshotError(f"{name} is not part of a crashdoc snapshot")
-        kwargs = {record.attribute(k): self.decode(v) for k, v in value.items() if k in record.fields}
-        return build(record.cls, kwargs)
+        if record.cls is UnitRecord:
+            memo = []
+        kwargs = {
+            record.attribute(k): self.decode(v, memo)
+            for k, v in value.items()
+            if k in record.fields and k not in record.tails
+        }
+        for name, of in record.tails.items():
+            if name in value:
+                held, items = value[name], kwargs.get(record.attribute(of))
+                if not isinstance(held, int) or not isinstance(items, deque) or not 0 <= held <= len(items):
+                    raise SnapshotError(f"damaged snapshot: {record.name}.{name} is not a count of its {of}")
+                kwargs[record.attribute(name)] = deque(list(items)[len(items) - held :], maxlen=items.maxlen)
+        obj = build(record.cls, kwargs)
+        if record.shared and memo is not None:
+            memo.append(obj)
+        return obj
 
 
 _CODEC = Codec()
@@ -364,6 +432,33 @@ def build(cls: type, values: dict[str, Any], obj: Any = None) -> Any:
 
 def dump(state: EngineState) -> dict[str, Any]:
     return {"schema": SCHEMA_NAME, "version": VERSION, "data": _CODEC.encode(state)}
+
+
+class SavedText:
+    """`dump` as the state file's JSON text, made where the engine is current (the reading thread, under the
+    daemon's lock): each unit's text is kept and made again only when the engine changed the unit since, so a save
+    while twenty units loop encodes the one or two that crashed, not megabytes. Pure: no I/O."""
+
+    def __init__(self) -> None:
+        self._units: dict[str, str] = {}
+
+    def text(self, state: EngineState, changed: set[str]) -> str:
+        """The JSON text of `dump(state)`; `changed`: the units to encode again (the others have not changed since
+        the last call), emptied."""
+        kept, units = self._units, {}
+        for name, rec in state.units.items():
+            text = kept.get(name)
+            if text is None or name in changed:
+                text = json.dumps(_CODEC.encode(rec), separators=(",", ":"))
+            units[name] = text
+        self._units = units
+        changed.clear()
+        rest = _CODEC.encode(dataclasses.replace(state, units={}))
+        del rest["__type__"], rest["units"]
+        parts = ",".join(f"{json.dumps(name)}:{text}" for name, text in units.items())
+        head = json.dumps({"schema": SCHEMA_NAME, "version": VERSION}, separators=(",", ":"))[:-1]
+        body = json.dumps(rest, separators=(",", ":"))[1:]
+        return f'{head},"data":{{"__type__":"engine","units":{{"__dict__":{{{parts}}}}},{body}}}'
 
 
 def load(doc: Any) -> EngineState:
@@ -412,113 +507,3 @@ def checked(state: Any) -> EngineState:
     if not all(isinstance(e, EngineEvent) for e in state.events):
         raise SnapshotError("damaged snapshot: events are not engine events")
     return state
-
-
-# --- crashdoc 0.1.0's pickle ------------------------------------------------------------------
-
-# where 0.1.0 kept the classes that are elsewhere (or renamed) now
-_LEGACY_NAMES: dict[tuple[str, str], str] = {
-    ("crashdoc.diagnosis.invocation", "Invocation"): "Run",
-    ("crashdoc.diagnosis.invocation", "LineHit"): "LineHit",
-    ("crashdoc.diagnosis.crashloop", "Thresholds"): "Thresholds",
-}
-# fields 0.1.0 named otherwise: class -> {its name: today's}
-_LEGACY_FIELDS: dict[str, dict[str, str]] = {"UnitRecord": {"invocations": "runs"}}
-_LEGACY_MODULES = ("crashdoc.events", "crashdoc.diagnosis.", "crashdoc.assembly.", "crashdoc.matching.matcher")
-_CONTAINERS = {
-    ("collections", "Counter"): Counter,
-    ("collections", "OrderedDict"): OrderedDict,
-    ("collections", "deque"): deque,
-    ("builtins", "set"): set,
-    ("builtins", "frozenset"): frozenset,
-}
-
-
-class _Loose:
-    """Stands in for a pickled data class. 0.1.0 pickled its frozen slotted data classes as the list of
-    their field values in field order (mapped to today's fields by position), the others as
-    `(None, {slot: value})` (mapped by name)."""
-
-    target: type
-
-    def __setstate__(self, state: Any) -> None:
-        self.state = state
-
-
-# the classes 0.1.0 pickled: today's saved records, and two that version 2 no longer saves
-_LEGACY_CLASSES: dict[str, type] = {r.cls.__name__: r.cls for r in SCHEMA if r.cls is not EngineState} | {
-    "Thresholds": Thresholds,
-    "Transition": Transition,
-}
-_LEGACY_ENUMS: dict[str, type[Enum]] = {"LoopState": LoopState, "Lifecycle": Lifecycle}
-
-
-def from_legacy_pickle(blob: bytes) -> EngineState:
-    """0.1.0's engine state (a pickle whose version named the package version) as today's state."""
-    import io  # only for this one-time upgrade: not on every start of `explain`
-    import pickle
-
-    loose: dict[str, type[_Loose]] = {}
-
-    class Unpickler(pickle.Unpickler):
-        def find_class(self, module: str, name: str) -> Any:
-            if (module, name) in _CONTAINERS:
-                return _CONTAINERS[(module, name)]
-            if "." not in name and module.startswith(_LEGACY_MODULES):
-                if name in _LEGACY_ENUMS:
-                    return _LEGACY_ENUMS[name]
-                target = _LEGACY_CLASSES.get(_LEGACY_NAMES.get((module, name), name))
-                if target is not None:
-                    if name not in loose:
-                        loose[name] = type(f"Loose{name}", (_Loose,), {"target": target})
-                    return loose[name]
-            raise pickle.UnpicklingError(f"{module}.{name} is not part of a crashdoc snapshot")
-
-    try:
-        state = Unpickler(io.BytesIO(blob)).load()
-    except Exception as exc:
-        raise SnapshotError(f"unreadable 0.1.0 snapshot: {type(exc).__name__}: {exc}") from exc
-    if not isinstance(state, dict) or not str(state.get("version", "")).startswith("crashdoc-engine-1/"):
-        raise SnapshotError("not a crashdoc 0.1.0 engine snapshot")
-    return checked(_realise(state, {}))
-
-
-def _realise(value: Any, seen: dict[int, Any]) -> Any:
-    """Replace the stand-ins with today's records (shared objects stay shared)."""
-    if id(value) in seen:
-        return seen[id(value)]
-    if isinstance(value, _Loose):
-        fields = dataclasses.fields(value.target)
-        state = value.state
-        if isinstance(state, list):
-            raw = {f.name: v for f, v in zip(fields, state, strict=False)}
-        elif isinstance(state, tuple) and len(state) == 2:
-            raw = {**(state[0] or {}), **(state[1] or {})}
-        elif isinstance(state, dict):
-            raw = state
-        else:
-            raise SnapshotError(f"{value.target.__name__}: unexpected pickled state")
-        obj: Any = object.__new__(value.target)
-        seen[id(value)] = obj  # before its fields, so that a cycle points at it
-        names = {f.name for f in fields}
-        renamed = _LEGACY_FIELDS.get(value.target.__name__, {})
-        values = {renamed.get(k, k): _realise(v, seen) for k, v in raw.items() if renamed.get(k, k) in names}
-        fp = values.get("fingerprint")
-        if isinstance(fp, str) and len(fp) == 16:  # 0.1.0 wrote the same recipe without its version tag
-            values["fingerprint"] = f"fp1-{fp}"
-        return build(value.target, values, obj)
-    if isinstance(value, Counter):
-        return Counter({k: v for k, v in value.items()})
-    if isinstance(value, OrderedDict):
-        return OrderedDict((_realise(k, seen), _realise(v, seen)) for k, v in value.items())
-    if isinstance(value, dict):
-        return {_realise(k, seen): _realise(v, seen) for k, v in value.items()}
-    if isinstance(value, deque):
-        return deque((_realise(v, seen) for v in value), maxlen=value.maxlen)
-    if isinstance(value, list):
-        return [_realise(v, seen) for v in value]
-    if isinstance(value, tuple):
-        return tuple(_realise(v, seen) for v in value)
-    if isinstance(value, frozenset | set):
-        return type(value)(_realise(v, seen) for v in value)
-    return value

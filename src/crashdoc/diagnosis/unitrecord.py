@@ -88,3 +88,12 @@ class UnitRecord:
             warnings_by_kind=MappingProxyType(dict(self.warnings_by_kind)),
             systemd=self.state,
         )
+
+
+def begin(rec: UnitRecord, run: Run, cmdline: tuple[str, ...]) -> None:
+    """The command a run starts with, with its flags and release as last read (before anyone edits it)."""
+    run.cmdline = cmdline
+    facts = rec.launches.get(cmdline)
+    run.flags = dict(facts.flags) if facts is not None else {}
+    if facts is not None and facts.sglang_release:
+        run.sglang_release, run.sglang_release_from = facts.sglang_release, facts.sglang_release_from

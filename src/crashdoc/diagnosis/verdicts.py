@@ -24,6 +24,8 @@ class Verdicts:
     def __init__(self, reporter: Reporter) -> None:
         self.reporter = reporter
         self.events: list[EngineEvent] = []  # decided, not yet handed out (the outbox a snapshot keeps)
+        # the units changed since the last snapshot (the engine adds those its inputs reach): only they are encoded
+        self.changed: set[str] = set()
 
     def publish(self, kind: str, unit: str, at: float, diagnosis: Diagnosis | None = None) -> None:
         """An event into the outbox (`views` imported at the first: a healthy pasted log decides none)."""
@@ -37,6 +39,8 @@ class Verdicts:
         tracebacks its runs survived."""
         if rec.pending_end is not None and rec.pending_end is not rec.current:
             self.settle(rec, now)
+        if rec.late or rec.unjudged:
+            self.changed.add(rec.name)
         while rec.late:
             run = rec.runs.get(rec.late.pop())
             if run is not None:
@@ -63,6 +67,7 @@ class Verdicts:
             and now - (run.ended_at or now) < SETTLE_GRACE
         ):
             return
+        self.changed.add(rec.name)
         rec.pending_end = None
         if not run.crashed:
             return
@@ -126,6 +131,8 @@ class Verdicts:
         """A run that lived through the recovery window (and is ready, for SGLang) is good: remember its
         command line for config-change reports, and end a loop if there is one."""
         started = run.started_at or run.first_line_at
+        loop = rec.loop
+        before = (run.good, loop.startup_streak, loop.state)
         if not run.good and started and now - started >= thresholds.recovery and (run.ready or not rec.sglang):
             run.good = True
             rec.last_good = run
@@ -133,14 +140,18 @@ class Verdicts:
             # dated by the run, not by the clock, so that a restarted crashdoc names the event the same way
             since = max(started, run.ready_at or 0.0)
             self.transition(rec, rec.loop.on_good_run(since + thresholds.recovery))
+        if (run.good, loop.startup_streak, loop.state) != before:
+            self.changed.add(rec.name)
 
     def stopped(self, rec: UnitRecord, now: float) -> None:
+        self.changed.add(rec.name)
         at, rec.stop_seen_at = rec.stop_seen_at, None
         self.transition(rec, rec.loop.on_stopped(at if at is not None else now))
 
     def transition(self, rec: UnitRecord, transition: Transition | None) -> None:
         if transition is None:
             return
+        self.changed.add(rec.name)
         new = transition.new
         if new in (LoopState.LOOPING, LoopState.FAILED):
             kind = "loop-started" if transition.new_loop else ("failed" if new is LoopState.FAILED else "loop-updated")
@@ -153,6 +164,7 @@ class Verdicts:
 
     def refresh(self, rec: UnitRecord, kind: str, at: float) -> None:
         """The loop's diagnosis made again; an event unless it is an update that changes nothing."""
+        self.changed.add(rec.name)
         diagnosis = self.reporter.loop_diagnosis(rec)
         changed = rec.diagnosis is None or (rec.diagnosis.signature, rec.diagnosis.fingerprint) != (
             diagnosis.signature,

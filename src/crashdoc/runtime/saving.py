@@ -28,7 +28,8 @@ SAVE_INTERVAL = 1.0
 # A save not forced waits at least this many times what taking the last snapshot cost the reading thread: twenty
 # looping units with their runs' tracebacks make a state of megabytes, whose snapshot and JSON held the GIL for
 # 100-200 ms on a busy host; once a second that was a fifth of the reading thread's time, and every crash that
-# came in meanwhile waited for it.
+# came in meanwhile waited for it. (Since snapshot version 3 a save encodes only the units changed since the last:
+# milliseconds, so this spacing rarely exceeds SAVE_INTERVAL; the first save after a start still encodes them all.)
 SAVE_COST_FACTOR = 20
 
 
@@ -87,7 +88,7 @@ class StateSaver:
         self._writer = StateWriter(self._write)
 
     def save(
-        self, cursor: str | None, snapshot: Callable[[], dict[str, Any]], force: bool = False, wait: bool = True
+        self, cursor: str | None, snapshot: Callable[[], dict[str, Any] | str], force: bool = False, wait: bool = True
     ) -> None:
         """Save when dirty (unless `force`d, at most every SAVE_INTERVAL, or SAVE_COST_FACTOR times what the last
         snapshot cost); with `wait`, return once this state and every one saved before it are on disk (or failed

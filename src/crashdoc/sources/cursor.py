@@ -85,16 +85,22 @@ class CursorStore:
         return self.write(cursor, self.encode(cursor, data, engine))
 
     @staticmethod
-    def encode(cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | None = None) -> bytes:
-        """The state file's bytes: taken where the state is current, written (`write`) where it costs nothing."""
+    def encode(
+        cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | str | None = None
+    ) -> bytes:
+        """The state file's bytes: taken where the state is current, written (`write`) where it costs nothing.
+        `engine`: the engine's snapshot, or its JSON text already made (`diagnosis.engine.snapshot_text`)."""
         doc = {
             "version": FORMAT_VERSION,
             "cursor": cursor,
             "saved_at": time.time(),
             "data": data or {},
-            "engine": engine,
+            "engine": None if isinstance(engine, str) else engine,
         }
-        return json.dumps(doc, separators=(",", ":")).encode()
+        text = json.dumps(doc, separators=(",", ":"))
+        if isinstance(engine, str):  # "engine" is the last key: its null becomes the text
+            text = text[: -len("null}")] + engine + "}"
+        return text.encode()
 
     def write(self, cursor: str | None, payload: bytes) -> bool:
         """`encode`'s bytes for `cursor`, persisted atomically; False (and `last_error`) when the folder cannot
