@@ -86,9 +86,8 @@ def main() -> int:
             merged = merged.merged(one)
     written = write_shipped(stored_rows(merged), merged.releases, Path(args.out))
     size = sum(p.stat().st_size for p in written)
-    print(
-        f"{len(merged)} signatures over {len(merged.releases)} releases -> {args.out} ({len(written)} files, {size / 1e6:.2f} MB)"
-    )
+    files = f"{len(written)} files, {size / 1e6:.2f} MB"
+    print(f"{len(merged)} signatures over {len(merged.releases)} releases -> {args.out} ({files})")
     return 0
 
 

@@ -9,8 +9,9 @@ releases (one record per exception type and template, with the releases and line
 They answer only what no reviewed signature matches, with a lower confidence. Loading is
 lazy and cheap: the shipped index (what matching reads: id, type, pattern, releases) is read
 on the first unmatched traceback, plain JSON (no schema check: the build script wrote it);
-a record's rest (template, condition, fix, sites) is read from its release range's chunk when
-its signature is built or its release's checks are searched; a literal-prefix index
+a record's rest (template, condition, fix, sites) is decompressed from its release range's chunk
+(read with the index, kept compressed) when its signature is built or its release's checks are
+searched; a literal-prefix index
 (`derived_index`) finds the candidates for a message, each compiled on first use.
 """
 
@@ -205,7 +206,7 @@ def _options() -> re2.Options:
 
 # A record: a dict (built in this process), a stored row [id, type, pattern, template length, the other fields
 # as a JSON string] that matching reads without parsing the rest, or (the shipped layout, `derived_store`) a
-# head [id, type, pattern, template length, release spans, chunk] whose rest is read from its chunk when needed.
+# head (id, type, pattern, template length, release spans, chunk) whose rest is in its chunk, read when needed.
 Row = dict[str, Any] | list[Any] | tuple[Any, ...]
 _HEAD_FIELDS = ("id", "type", "pattern")
 Loaded = tuple[list[Row], tuple[str, ...], ShippedStore | None]
@@ -245,8 +246,8 @@ class DerivedLibrary:
 
     `loader`, when given, reads the records on first use instead: a process whose every crash a reviewed signature
     explains (or that sees none) never reads the shipped data (`unread_copy`: one more reader of it, or None).
-    With a `store` (the shipped layout) the rows are heads: what matching reads; a record's rest is read from
-    its release range's chunk when a signature is built or a release's records are asked for, and not kept."""
+    With a `store` (the shipped layout) the rows are heads: what matching reads; a record's rest is decompressed
+    from its release range's chunk when a signature is built or a release's records are asked for, and not kept."""
 
     def __init__(
         self,
