@@ -4,7 +4,8 @@
 Each release's wheel is taken from the cache folder (downloaded there with
 `pip download --no-deps sglang==X` when missing), read as files (never installed nor
 imported), derived, and the releases merged into one deduplicated record per message
-template, written to src/crashdoc/matching/data/derived.json.gz.
+template, written to src/crashdoc/matching/data/derived/ (matching/derived_store.py: an index of
+what matching reads, and the rest of the records in chunks by release range).
 
     PYTHONPATH=src python scripts/derive-releases.py [--wheels DIR] [--jobs N] [VERSION ...]
 """
@@ -20,7 +21,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 RELEASES = ROOT / "signatures" / "derived-releases.txt"
-OUT = ROOT / "src" / "crashdoc" / "matching" / "data" / "derived.json.gz"
+OUT = ROOT / "src" / "crashdoc" / "matching" / "data" / "derived"
 
 
 def wheel_for(version: str, cache: Path) -> Path:
@@ -67,10 +68,11 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n", 1)[0])
     release_arguments(parser, "derive")
     parser.add_argument("--jobs", type=int, default=2)
-    parser.add_argument("--out", default=str(OUT))
+    parser.add_argument("--out", default=str(OUT), help="the folder of the shipped layout")
     args = parser.parse_args()
 
-    from crashdoc.matching.derived import DerivedLibrary, dumps, loads, release_key
+    from crashdoc.matching.derived import DerivedLibrary, loads, release_key, stored_rows
+    from crashdoc.matching.derived_store import write_shipped
 
     versions, cache = releases_and_cache(args)
     wheels = {v: str(wheel_for(v, cache)) for v in versions}
@@ -82,13 +84,10 @@ def main() -> int:
             one = loads(raw)
             print(f"{version:<14} {len(one):>5} signatures  {seconds:5.1f} s", file=sys.stderr)
             merged = merged.merged(one)
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    data = dumps(merged)
-    tmp = out.with_suffix(".tmp")
-    tmp.write_bytes(data)
-    tmp.replace(out)
-    print(f"{len(merged)} signatures over {len(merged.releases)} releases -> {out} ({len(data) / 1e6:.2f} MB)")
+    written = write_shipped(stored_rows(merged), merged.releases, Path(args.out))
+    size = sum(p.stat().st_size for p in written)
+    files = f"{len(written)} files, {size / 1e6:.2f} MB"
+    print(f"{len(merged)} signatures over {len(merged.releases)} releases -> {args.out} ({files})")
     return 0
 
 

@@ -69,13 +69,13 @@ def test_a_check_of_one_variable_changes_that_variable() -> None:
 def test_the_literal_piece_a_lone_line_must_hold_is_in_the_message() -> None:
     """A derived pattern that begins with a hole is tried only on lines holding its longest literal piece: that
     piece must be literal text of SGLang's template, or a lone line of that check would be missed."""
-    from crashdoc.matching.derived import _needle
+    from crashdoc.matching.derived_index import PrefixIndex, needle
 
     derived = load_shipped()
-    derived._candidates("x")  # builds the index
-    assert derived._short
-    for _, index, needle in derived._short:
-        template = derived.signature(index).template
-        assert any(needle in piece for piece in template.split("{}")), (needle, template)
-    assert _needle(r"(?P<a>.+?) must be (?:on|off)") == ""  # alternatives: no piece is sure
-    assert _needle(r"(?P<a>.+?) is \(not\) supported\.") == " is (not) supported."
+    index = PrefixIndex(derived.signature(i).pattern for i in range(len(derived)))
+    assert index.short
+    for _, at, piece in index.short:
+        template = derived.signature(at).template
+        assert any(piece in part for part in template.split("{}")), (piece, template)
+    assert needle(r"(?P<a>.+?) must be (?:on|off)") == ""  # alternatives: no piece is sure
+    assert needle(r"(?P<a>.+?) is \(not\) supported\.") == " is (not) supported."

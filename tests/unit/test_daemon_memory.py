@@ -3,14 +3,14 @@ kept (memory that grew with the journal's length), and matching answers the same
 
 from __future__ import annotations
 
-from crashdoc.matching.derived import DerivedLibrary, load_shipped
+from crashdoc.matching.derived import DerivedLibrary, _read_shipped, load_shipped
 from crashdoc.matching.matcher import _KeptPrograms, _LazyRegex
 from crashdoc.remedy.accepted import release_checks
 
 
 def test_a_releases_checks_leave_the_derived_signatures_unbuilt():
-    shipped = DerivedLibrary(load_shipped()._rows, load_shipped().releases)  # nothing built yet (not the shared one)
-    again = DerivedLibrary(shipped._rows, shipped.releases)
+    shipped = DerivedLibrary([], (), loader=_read_shipped)  # nothing built yet (not the shared one)
+    again = DerivedLibrary([], (), loader=_read_shipped)
     for release in (shipped.releases[-1], shipped.releases[0], "0.0.1"):  # the newest, the oldest, one not shipped
         checks = release_checks(shipped, release)
         kept = [
@@ -37,7 +37,6 @@ def test_programs_of_patterns_searched_long_ago_are_dropped_and_built_again_on_u
 
 
 def test_a_search_reads_the_derived_data_the_matcher_has_not_read_for_itself_and_lets_it_go_with_it():
-    from crashdoc.matching.derived import _read_shipped
     from crashdoc.remedy.accepted import FixSearch
 
     unread = DerivedLibrary([], (), loader=_read_shipped)
@@ -45,8 +44,8 @@ def test_a_search_reads_the_derived_data_the_matcher_has_not_read_for_itself_and
     own = search._derived()
     assert own is not None and own is not unread and search._derived() is own  # one copy per search object
     assert len(own) == len(load_shipped()) and unread.unread_copy() is not None  # the matcher's is still unread
-    read = DerivedLibrary(load_shipped()._rows, load_shipped().releases)
-    assert FixSearch(derived=read)._derived() is read  # read already: shared
+    read = DerivedLibrary([], (), loader=_read_shipped)
+    assert len(read) and FixSearch(derived=read)._derived() is read  # read already: shared
 
 
 _DBUS_CHILD = """

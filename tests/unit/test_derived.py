@@ -34,7 +34,7 @@ from crashdoc.matching.matcher import Matcher
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "mine"
 REAL = Path(os.environ.get("CRASHDOC_SGLANG_SRC", ROOT / ".cache/sglang-0.5.23/sglang"))
-SHIPPED = ROOT / "src" / "crashdoc" / "matching" / "data" / "derived.json.gz"
+SHIPPED = ROOT / "src" / "crashdoc" / "matching" / "data" / "derived"
 
 
 def launcher_traceback(path: str, line: int, function: str, exc: str, message: str) -> str:
@@ -199,10 +199,11 @@ def test_shipped_data_covers_every_release_and_stays_small():
         for v in (ROOT / "signatures" / "derived-releases.txt").read_text().splitlines()
         if v.strip() and not v.startswith("#")
     ]
-    body = json.loads(gzip.decompress(SHIPPED.read_bytes()))
+    body = json.loads(gzip.decompress((SHIPPED / "index.json.gz").read_bytes()))
     assert body["releases"] == sorted(listed, key=release_key)
     assert {"0.4.0", "0.4.0.post1", "0.5.10.post1", "0.5.23"} <= set(body["releases"])
-    assert SHIPPED.stat().st_size < 3_000_000
+    assert sorted(p.name for p in SHIPPED.iterdir()) == sorted(["index.json.gz", *body["chunks"]])
+    assert sum(p.stat().st_size for p in SHIPPED.iterdir()) < 3_000_000
 
 
 # --- matching and diagnosing -------------------------------------------------------------

@@ -3,19 +3,22 @@
 The reviewed library cannot keep up with every release's hundreds of flag-naming checks, but
 each check already says what it wants: its message names the flags, its condition says what
 SGLang tests. `crashdoc signatures derive` turns each one into a `DerivedSignature`; the
-package ships them for every release (`data/derived.json.gz`), deduplicated across releases
-(one record per exception type and template, with the releases and lines it is in).
+package ships them for every release (`data/derived/`, `derived_store`), deduplicated across
+releases (one record per exception type and template, with the releases and lines it is in).
 
 They answer only what no reviewed signature matches, with a lower confidence. Loading is
-lazy and cheap: the data is read on the first unmatched traceback, plain JSON (no schema
-check: the build script wrote it), each signature object is built on first use, and one RE2
-Set over every pattern (compiled on first use) finds the candidates for a message.
+lazy and cheap: the shipped index (what matching reads: id, type, pattern, releases) is read
+on the first unmatched traceback, plain JSON (no schema check: the build script wrote it);
+a record's rest (template, condition, fix, sites) is decompressed from its release range's chunk
+(read with the index, kept compressed) when its signature is built or its release's checks are
+searched; a literal-prefix index
+(`derived_index`) finds the candidates for a message, each compiled on first use.
 """
 
 from __future__ import annotations
 
+import heapq
 import json
-import re
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
@@ -24,12 +27,13 @@ from typing import Any
 import re2
 
 from crashdoc.events import FlagChange
+from crashdoc.matching.derived_index import PrefixIndex
+from crashdoc.matching.derived_store import ShippedStore, in_spans, read_shipped
 from crashdoc.matching.library import Signature
 from crashdoc.text import LazyPattern
 
 DATA_FORMAT = 2
 MAX_MESSAGE_CHARS = 4000  # what a message is matched on: patterns are anchored at its start
-PREFIX_KEY = 8  # characters of a pattern's literal start used as an index key
 MAX_CAPTURE_CHARS = 200  # a hole's captured value, as kept in a diagnosis
 CONFIDENCE = 0.6  # a derived answer: below any reviewed signature's
 _RELEASE_PART = LazyPattern(r"(\d+)|\.?(post|rc|dev|a|b)(\d*)")
@@ -186,42 +190,6 @@ def release_range(releases: Sequence[str], known: Sequence[str]) -> str:
     return ", ".join(order[a] if a == b else f"{order[a]}\u2013{order[b]}" for a, b in runs)
 
 
-_SPECIAL = frozenset("[](){}.*+?|$^")
-_ESCAPES = {"n": "\n", "t": "\t", "r": "\r", "f": "\f", "v": "\v"}
-
-
-def literal_prefix(pattern: str) -> str:
-    """The literal text an anchored pattern (`^abc\\.d(?P<x>...)`) must begin with: `abc.d`."""
-    out: list[str] = []
-    i = 1 if pattern.startswith("^") else 0
-    while i < len(pattern):
-        ch = pattern[i]
-        if ch == "\\":
-            if i + 1 >= len(pattern):
-                break
-            nxt = pattern[i + 1]
-            if nxt == "x" and pattern[i + 2 : i + 3] == "{":
-                end = pattern.find("}", i)
-                if end < 0:
-                    break
-                out.append(chr(int(pattern[i + 3 : end], 16)))
-                i = end + 1
-                continue
-            if nxt.isalnum() and nxt not in _ESCAPES:
-                break  # \d, \b, \A...: not a literal character
-            out.append(_ESCAPES.get(nxt, nxt))
-            i += 2
-            continue
-        if ch in _SPECIAL:
-            break
-        out.append(ch)
-        i += 1
-    # a quantifier after the last character makes it optional: do not count on it
-    if i < len(pattern) and pattern[i] in "?*{" and out:
-        out.pop()
-    return "".join(out)
-
-
 def signature_id(exception_type: str, template: str) -> str:
     import hashlib  # deriving alone names signatures: `explain` of a healthy log never imports OpenSSL's
 
@@ -236,56 +204,12 @@ def _options() -> re2.Options:
     return options
 
 
-# A record: a dict (built in this process), or a stored row [id, type, pattern, template length,
-# the other fields as a JSON string] that matching reads without parsing the rest.
-Row = dict[str, Any] | list[Any]
+# A record: a dict (built in this process), a stored row [id, type, pattern, template length, the other fields
+# as a JSON string] that matching reads without parsing the rest, or (the shipped layout, `derived_store`) a
+# head (id, type, pattern, template length, release spans, chunk) whose rest is in its chunk, read when needed.
+Row = dict[str, Any] | list[Any] | tuple[Any, ...]
 _HEAD_FIELDS = ("id", "type", "pattern")
-
-
-def _needle(pattern: str) -> str:
-    """The longest run of literal text of an RE2 pattern (escapes undone): text every match contains; "" when
-    the pattern has alternatives or optional groups (no run is sure to be in a match)."""
-    if "|" in pattern or re.search(r"\)[?*]|\)\{0", pattern):
-        return ""
-    runs: list[str] = []
-    run: list[str] = []
-    i = 0
-    while i < len(pattern):
-        c = pattern[i]
-        if c == "\\" and i + 1 < len(pattern):
-            nxt = pattern[i + 1]
-            if nxt.isalnum():  # \d, \s, \n: a class, not a literal
-                runs.append("".join(run))
-                run = []
-            else:
-                run.append(nxt)
-            i += 2
-            continue
-        if c in "?*" or (c == "{" and run):  # the character before is optional
-            if run:
-                run.pop()
-            runs.append("".join(run))
-            run = []
-        elif c == "[":  # a character class: skip it
-            runs.append("".join(run))
-            run = []
-            end = pattern.find("]", i + 2)
-            i = end if end > 0 else len(pattern)
-        elif c == "(":  # a group: skip its (?P<name> or (?: opening
-            runs.append("".join(run))
-            run = []
-            if pattern.startswith("(?P<", i):
-                i = pattern.find(">", i)
-            elif pattern.startswith("(?", i):
-                i += 2
-        elif c in ".)+^${}":
-            runs.append("".join(run))
-            run = []
-        else:
-            run.append(c)
-        i += 1
-    runs.append("".join(run))
-    return max(runs, key=len)
+Loaded = tuple[list[Row], tuple[str, ...], ShippedStore | None]
 
 
 def _head(row: Row) -> tuple[str, str, str, int]:
@@ -294,10 +218,20 @@ def _head(row: Row) -> tuple[str, str, str, int]:
     return row[0], row[1], row[2], row[3]
 
 
-def _full(row: Row) -> dict[str, Any]:
+def _positioned(rests: Iterator[tuple[str, str]], ids: dict[str, int]) -> Iterator[tuple[int, str]]:
+    return ((ids[name], rest) for name, rest in rests)
+
+
+def _shipped(row: Row) -> tuple[str, int]:
+    """A head's release spans and chunk (the shipped layout's rows only)."""
+    assert not isinstance(row, dict)
+    return row[4], row[5]
+
+
+def _full(row: Row, rest: str | None = None) -> dict[str, Any]:
     if isinstance(row, dict):
         return row
-    return {**json.loads(row[4]), "id": row[0], "type": row[1], "pattern": row[2]}
+    return {**json.loads(row[4] if rest is None else rest), "id": row[0], "type": row[1], "pattern": row[2]}
 
 
 def _stored_row(record: dict[str, Any]) -> list[Any]:
@@ -311,34 +245,52 @@ class DerivedLibrary:
     """Derived records (plain dicts as stored) and the objects and RE2 programs built from them on use.
 
     `loader`, when given, reads the records on first use instead: a process whose every crash a reviewed signature
-    explains (or that sees none) never reads the shipped data (`unread_copy`: one more reader of it, or None)."""
+    explains (or that sees none) never reads the shipped data (`unread_copy`: one more reader of it, or None).
+    With a `store` (the shipped layout) the rows are heads: what matching reads; a record's rest is decompressed
+    from its release range's chunk when a signature is built or a release's records are asked for, and not kept."""
 
     def __init__(
         self,
         records: list[Row],
         releases: tuple[str, ...],
-        loader: Callable[[], tuple[list[Row], tuple[str, ...]]] | None = None,
+        loader: Callable[[], Loaded] | None = None,
+        store: ShippedStore | None = None,
     ) -> None:
-        self._records, self._releases, self._loader = records, releases, loader
+        self._records, self._releases, self._loader, self._store = records, releases, loader, store
         self._built: dict[int, DerivedSignature] = {}
         self._index: dict[str, int] | None = None
-        self._buckets: dict[str, list[int]] | None = None
-        self._short: list[tuple[str, int, str]] = []
+        self._prefixes: PrefixIndex | None = None
         self._compiled: dict[int, Any] = {}
 
     def _load(self) -> None:
         if self._loader is not None:
             loader, self._loader = self._loader, None
-            self._records, self._releases = loader()
+            self._records, self._releases, self._store = loader()
 
     def unread_copy(self) -> DerivedLibrary | None:
         return DerivedLibrary([], (), loader=self._loader) if self._loader is not None else None
 
+    def _records_at(self, indices: Iterable[int]) -> Iterator[dict[str, Any]]:
+        """The records at `indices` (ascending) as dicts. A shipped record's rest is streamed from its chunk: the
+        chunks wanted are read side by side in id order (the rows' order), a line of each held at a time."""
+        rows, store = self._records, self._store
+        if store is None:
+            yield from (_full(rows[i]) for i in indices)
+            return
+        by_chunk: dict[int, dict[str, int]] = {}
+        for i in indices:
+            by_chunk.setdefault(_shipped(rows[i])[1], {})[_head(rows[i])[0]] = i
+        last = -1
+        for i, rest in heapq.merge(*(_positioned(store.rests(c, set(ids)), ids) for c, ids in by_chunk.items())):
+            if i < last:
+                raise ValueError("derived-signature chunks out of order")
+            last = i
+            yield _full(rows[i], rest)
+
     @property
     def records(self) -> list[dict[str, Any]]:
         """Every record as a dict (parses stored rows: for building and merging, not for matching)."""
-        self._load()
-        return [_full(r) for r in self._records]
+        return list(self._records_at(range(len(self._rows))))
 
     @property
     def _rows(self) -> list[Row]:
@@ -356,17 +308,32 @@ class DerivedLibrary:
     def signature(self, index: int) -> DerivedSignature:
         sig = self._built.get(index)
         if sig is None:
-            sig = self._built[index] = from_record(_full(self._rows[index]), self.releases)
+            [record] = self._records_at([index])
+            sig = self._built[index] = from_record(record, self.releases)
         return sig
 
     def signatures(self) -> Iterable[DerivedSignature]:
         """Every signature, built and kept (a release's checks use `records_in`, which keeps none)."""
+        if self._store is not None:  # every chunk read once, not once per signature
+            for i, record in enumerate(self._records_at(range(len(self._rows)))):
+                if i not in self._built:
+                    self._built[i] = from_record(record, self.releases)
         return (self.signature(i) for i in range(len(self._rows)))
 
+    def _holds(self, index: int, release: str) -> bool:
+        """Whether the release's source holds record `index` (read from a head's spans without its rest)."""
+        if self._store is None:
+            return release in self.signature(index).releases
+        return release in self.releases and in_spans(_shipped(self._rows[index])[0], self.releases.index(release))
+
     def records_in(self, release: str) -> Iterator[dict[str, Any]]:
-        """The records (as stored) whose sites include `release`: no site spelled out, no signature built."""
+        """The records (as stored) whose sites include `release`: no site spelled out, no signature built; of
+        the shipped layout, only the chunks holding the release's records are read."""
+        rows = self._rows
         at = self.releases.index(release) if release in self.releases else -1
-        return (r for r in map(_full, self._rows) if any(a <= at <= b for a, b, *_ in _runs(r)))
+        if self._store is not None:
+            return self._records_at([i for i, row in enumerate(rows) if in_spans(_shipped(row)[0], at)])
+        return (r for r in map(_full, rows) if any(a <= at <= b for a, b, *_ in _runs(r)))
 
     def get(self, id: str) -> DerivedSignature | None:
         if self._index is None:
@@ -375,25 +342,12 @@ class DerivedLibrary:
         return self.signature(index) if index is not None else None
 
     def _candidates(self, text: str) -> list[int]:
-        """Records whose anchored pattern can match `text`: those whose literal start it begins with.
-
-        Patterns are anchored at the message start, so their literal head is a key: a dict on its first PREFIX_KEY
-        characters, plus the few patterns that begin with a hole, checked with `startswith`. Nothing is compiled
-        until a record is a candidate; one RE2 Set over all patterns costs 12 MB and 45 ms, this index a fraction."""
-        if self._buckets is None:
-            buckets: dict[str, list[int]] = {}
-            short: list[tuple[str, int, str]] = []
-            for index, row in enumerate(self._rows):
-                pattern = _head(row)[2]
-                head = literal_prefix(pattern)
-                if len(head) >= PREFIX_KEY:
-                    buckets.setdefault(head[:PREFIX_KEY], []).append(index)
-                else:  # begins with a hole: its longest literal piece must be in the text (a lone line costs little)
-                    short.append((head, index, _needle(pattern)))
-            self._buckets, self._short = buckets, short
-        found = list(self._buckets.get(text[:PREFIX_KEY], ()))
-        found.extend(index for head, index, needle in self._short if text.startswith(head) and needle in text)
-        return sorted(found)
+        """Records whose anchored pattern can match `text` (`derived_index`: nothing compiled until then)."""
+        if self._prefixes is None:
+            rows = self._rows
+            shipped = self._store.prefixes if self._store is not None else None
+            self._prefixes = shipped or PrefixIndex(_head(row)[2] for row in rows)
+        return self._prefixes.candidates(text)
 
     def match(self, message_line: str, exception_type: str, release: str | None = None) -> DerivedMatch | None:
         """The derived signature for an exception message, preferring one present in `release`.
@@ -405,7 +359,7 @@ class DerivedLibrary:
             return None
         text = message_line[:MAX_MESSAGE_CHARS]
         short = exception_type.rsplit(".", 1)[-1]
-        best: tuple[tuple[int, int, int], DerivedMatch] | None = None
+        best: tuple[tuple[int, int, int], int, dict[str, str], bool | None] | None = None
         for index in self._candidates(text):
             _, type_, pattern, length = _head(rows[index])
             if short and type_ != short:  # no type: a lone line, matched on its message alone
@@ -416,12 +370,15 @@ class DerivedLibrary:
             m = regex.search(text)
             if m is None:
                 continue
-            in_release = None if release is None else release in self.signature(index).releases
+            in_release = None if release is None else self._holds(index, release)
             captures = {k: v[:MAX_CAPTURE_CHARS] for k, v in m.groupdict().items() if v is not None}
             rank = (int(in_release is not False), length - 8 * len(captures), -index)
             if best is None or rank > best[0]:
-                best = (rank, DerivedMatch(self.signature(index), captures, in_release, self.releases))
-        return best[1] if best is not None else None
+                best = (rank, index, captures, in_release)
+        if best is None:
+            return None
+        _, index, captures, in_release = best  # the winner's signature alone is built (its rest read)
+        return DerivedMatch(self.signature(index), captures, in_release, self.releases)
 
     def merged(self, other: DerivedLibrary) -> DerivedLibrary:
         """This library with `other`'s records added (shipped + a host tree's own); shared records keep both's sites."""
@@ -551,13 +508,14 @@ def library_of(signatures: Iterable[DerivedSignature]) -> DerivedLibrary:
     return DerivedLibrary([to_record(s, releases) for s in sigs], releases)
 
 
+def stored_rows(library: DerivedLibrary) -> list[list[Any]]:
+    """The records as stored rows, sorted by id (`dumps`, and the shipped layout's `derived_store.write_shipped`)."""
+    return sorted((_stored_row(r) for r in library.records), key=lambda r: str(r[0]))
+
+
 def dumps(library: DerivedLibrary) -> bytes:
     """The stored form: gzip'd JSON, records sorted by id, byte-identical for the same input."""
-    body = {
-        "format": DATA_FORMAT,
-        "releases": list(library.releases),
-        "signatures": sorted((_stored_row(r) for r in library.records), key=lambda r: str(r[0])),
-    }
+    body = {"format": DATA_FORMAT, "releases": list(library.releases), "signatures": stored_rows(library)}
     text = json.dumps(body, separators=(",", ":"), sort_keys=True)  # ASCII: parsed as 1 byte per char
     import gzip  # writing the shipped file is the deriving script's job
 
@@ -581,15 +539,16 @@ def loads(raw: bytes) -> DerivedLibrary:
 _SHIPPED: DerivedLibrary | None = None
 
 
-def _read_shipped() -> tuple[list[Row], tuple[str, ...]]:
+def _read_shipped() -> Loaded:
+    """The shipped index (heads only: each record's rest stays compressed in its chunk until asked for)."""
     try:
         from importlib import resources  # 7 ms of imports that `explain` without a traceback never needs
 
-        raw = resources.files("crashdoc.matching").joinpath("data/derived.json.gz").read_bytes()
+        folder = resources.files("crashdoc.matching").joinpath("data/derived")
+        heads, releases, store = read_shipped(lambda name: folder.joinpath(name).read_bytes())
     except OSError:
-        return [], ()
-    library = loads(raw)
-    return library._rows, library.releases
+        return [], (), None
+    return list[Row](heads), releases, store
 
 
 def load_shipped() -> DerivedLibrary:

@@ -192,7 +192,10 @@ class ArgFacts:
 
 
 class FactsLibrary:
-    """Every shipped release's facts, deduplicated; one release's `ArgFacts` built on demand."""
+    """Every shipped release's facts, deduplicated; one release's `ArgFacts` built on demand.
+
+    With a `loader` (the shipped file), the rows of every release (2.5 MB) are let go once a release's facts are
+    built from them (0.1 MB: what a search keeps), and read again if another release or `releases_with` asks."""
 
     def __init__(
         self,
@@ -201,16 +204,18 @@ class FactsLibrary:
         loader: Callable[[], tuple[list[list[Any]], tuple[str, ...]]] | None = None,
     ) -> None:
         self._rows, self._releases, self._loader = rows, releases, loader
+        self._held = loader is None  # whether `_rows` holds the rows
         self._built: dict[str, ArgFacts] = {}
 
     def _load(self) -> None:
-        if self._loader is not None:
-            loader, self._loader = self._loader, None
-            self._rows, self._releases = loader()
+        if not self._held and self._loader is not None:
+            self._rows, self._releases = self._loader()
+            self._held = True
 
     @property
     def releases(self) -> tuple[str, ...]:
-        self._load()
+        if not self._releases:
+            self._load()
         return self._releases
 
     @property
@@ -227,6 +232,8 @@ class FactsLibrary:
         index = self.releases.index(release)
         options = [Option.from_row(r) for r in self.rows if index in _indexes(r[8])]
         facts = self._built[release] = ArgFacts(release, options)
+        if self._loader is not None:  # read again when asked: a search wants one release's facts
+            self._rows, self._held = [], False
         return facts
 
     def releases_with(self, flag: str) -> tuple[str, ...]:

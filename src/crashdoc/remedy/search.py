@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 from crashdoc.events import FlagChange
@@ -115,7 +115,7 @@ def accepted_fix(
     *,
     logged: Mapping[str, str] | None = None,
     understand: Understand | None = None,
-    checks: Sequence[Failure] = (),
+    checks: Iterable[Failure] = (),
     unchecked: str = "",
 ) -> SearchResult:
     """The fix to present for one failure of `command` (None: only the log's values are known). `checks` are the
@@ -170,7 +170,7 @@ AHEAD = 2  # later checks a ranked fix is carried past, without SGLang
 
 
 def _ahead(
-    ranked: Sequence[Candidate], current: Current, facts: ArgFacts, checks: Sequence[Failure]
+    ranked: Sequence[Candidate], current: Current, facts: ArgFacts, checks: Iterable[Failure]
 ) -> list[Candidate]:
     """The best candidate carried past the release's later checks that its result is known to fail (the check's
     condition decided by the command's values, and false when the options the command sets are at their
