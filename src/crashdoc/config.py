@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import math
 import os
-import socket
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashdoc.errors import ProblemsError
 from crashdoc.events import ROLES, Thresholds, WatchRule
-from crashdoc.outputs.alerts import HttpClientConfig
+from crashdoc.outputs.httpclient import HttpClientConfig
 
 if TYPE_CHECKING:  # YAML is imported when there is a file to read (10 ms that `diagnose` without --config saves)
     from crashdoc.yamlfile import LocatedYaml
@@ -60,7 +59,7 @@ class Config:
     journal_directory: str | None = None
     alertmanager: AlertmanagerConfig = field(default_factory=AlertmanagerConfig)
     runbook_base_url: str | None = None
-    instance: str = field(default_factory=socket.gethostname)
+    instance: str = field(default_factory=lambda: os.uname().nodename)  # gethostname(), without `socket`
     dbus: bool = True  # set false to run from the journal alone
     web_config_file: str | None = None  # TLS and basic auth for the HTTP view (exporter-toolkit's format)
     # where the host's GPUs are listed (their PCI addresses and indexes, for Xids); None: read none
@@ -481,7 +480,7 @@ def check_config_file(name: str) -> ConfigCheck:
 
     t, am = config.thresholds, config.alertmanager
     host, port = config.listen_address
-    shown = socket.gethostname() if host in ("0.0.0.0", "::") else host
+    shown = os.uname().nodename if host in ("0.0.0.0", "::") else host
     scheme = "https" if config.web_config_file and web.ssl_context is not None else "http"
     links = (config.runbook_base_url or f"{scheme}://{shown}:{port}").rstrip("/")
     sources = ["built-in"] * bool(builtin) + [str(f) for f in folders]

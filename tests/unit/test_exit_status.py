@@ -87,6 +87,22 @@ def test_healthy_and_crash_logs_have_their_own_codes(tmp_path: Path) -> None:
     assert r.returncode == 1 and DSV4 in r.stdout
 
 
+def test_a_one_shot_command_ends_with_all_it_printed_written(tmp_path: Path) -> None:
+    """`explain` and `diagnose` end their process without the interpreter's teardown (`cli.end_now`): everything
+    they print reaches a pipe, more than its buffer holds, with their exit status."""
+    crash = "\n".join(TRACEBACK) + "\n"
+    files = []
+    for i in range(60):
+        path = tmp_path / f"crash-{i}.log"
+        path.write_text(crash)
+        files.append(str(path))
+    r = crashdoc("explain", "--json", *files, env={"PYTHONUNBUFFERED": ""})  # standard output buffered, as usual
+    lines = r.stdout.splitlines()
+    assert r.returncode == 1 and len(r.stdout) > 65536, (r.returncode, len(r.stdout))
+    assert [json.loads(line)["file"] for line in lines] == files
+    assert all(DSV4 in json.dumps(json.loads(line)["diagnoses"]) for line in lines)
+
+
 def test_several_files_each_diagnosed_each_unreadable_one_named_the_worst_wins(tmp_path: Path) -> None:
     good = tmp_path / "good.log"
     good.write_text(HEALTHY)

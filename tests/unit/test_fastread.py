@@ -4,6 +4,8 @@ retried on every run."""
 
 from __future__ import annotations
 
+import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -29,7 +31,7 @@ def _events(folder: Path, build_dir: Path) -> tuple[list[object], JournalSource]
 def test_without_a_compiler_the_journal_is_read_with_systemd_python(tmp_path: Path, monkeypatch) -> None:
     write_journal(tmp_path, [line(text) for text in TRACEBACK])
     expected, _ = _events(tmp_path, tmp_path / "none-built")  # whatever this machine builds
-    monkeypatch.setattr(fastread.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     got, source = _events(tmp_path, tmp_path / "no-compiler")
     assert source._batch is None and not (tmp_path / "no-compiler").exists()
     assert got == expected and [e.text for e in got if isinstance(e, LogLine)] == TRACEBACK
@@ -38,12 +40,12 @@ def test_without_a_compiler_the_journal_is_read_with_systemd_python(tmp_path: Pa
 def test_a_failed_build_is_remembered_and_not_retried_at_once(tmp_path: Path, monkeypatch) -> None:
     write_journal(tmp_path, [line(text) for text in TRACEBACK])
     monkeypatch.setenv("CC", "false")  # a "compiler" that always fails
-    monkeypatch.setattr(fastread.shutil, "which", lambda name: "/bin/false" if name == "false" else None)
+    monkeypatch.setattr(shutil, "which", lambda name: "/bin/false" if name == "false" else None)
     _, source = _events(tmp_path, tmp_path / "build")
     assert source._batch is None
     (marker,) = (tmp_path / "build").glob("fastread-*.failed")
     calls = []
-    monkeypatch.setattr(fastread.subprocess, "run", lambda *a, **k: calls.append(a))
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: calls.append(a))
     got, source = _events(tmp_path, tmp_path / "build")
     assert source._batch is None and calls == [] and marker.exists()
     assert [e.text for e in got if isinstance(e, LogLine)] == TRACEBACK
@@ -69,7 +71,7 @@ def test_the_daemon_says_once_why_it_reads_with_systemd_python(tmp_path: Path, m
     if fast.source._batch is None:
         pytest.skip(f"the C batch reader cannot be built here: {fast.source.fast_reader}")
     assert "C batch reader" not in capfd.readouterr().err
-    monkeypatch.setattr(fastread.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     monkeypatch.setattr(fastread, "built_library", lambda folder, path=None: (None, "no C compiler (cc or gcc)"))
     slow = daemon()
     said = capfd.readouterr().err
@@ -117,6 +119,38 @@ def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tm
     while not ahead.at_end:
         got += ahead.read(150)
     assert got == expected and len([e for e in got if isinstance(e, LogLine)]) == 1_200
+
+
+def test_the_first_walk_starts_where_the_reader_was_placed(tmp_path: Path) -> None:
+    """`diagnose` starts walking right after placing the reader (at the head, or at a time: on no entry yet) while
+    it loads its library: the same events as reading in turn; asked anything before its first read, the walk is
+    dropped and the reader placed again where it was."""
+    unit = "sglang-decode.service"
+    entries = [line(f"Decode batch {i}", pid=str(100 + i % 3), unit=unit) for i in range(600)]
+    entries.insert(300, pid1("Main process exited, code=exited, status=1/FAILURE", unit=unit))
+    write_journal(tmp_path, entries)  # a millisecond apart from 1_800_000_000 s
+    units = UnitFilter((WatchRule("sglang*.service"),))
+
+    def events(since: float | None, start: bool, ask: bool) -> list[object]:
+        s = JournalSource(units, directory=str(tmp_path), once=True, build_dir=tmp_path / "build")
+        if s._ahead is None:
+            pytest.skip(f"the C batch reader cannot be built here: {s.fast_reader}")
+        s.seek_head() if since is None else s.seek_since(since)
+        if start:
+            s.start_reading(100)
+            assert s._ahead is not None and s._ahead.position() is None  # no entry handed out yet
+        if ask:
+            s.newest_timestamp()  # uses the reader: the walk is dropped, the reader placed again
+        out: list[object] = []
+        while not s.at_end:
+            out += s.read(100)
+        return out
+
+    for since, lines in ((None, 600), (1_800_000_000.2505, 349)):
+        plain = events(since, start=False, ask=False)
+        assert len([e for e in plain if isinstance(e, LogLine)]) == lines
+        assert events(since, start=True, ask=False) == plain
+        assert events(since, start=True, ask=True) == plain
 
 
 def test_the_daemon_reads_ahead_while_it_catches_up_and_reads_in_turn_once_caught_up(tmp_path: Path) -> None:

@@ -3,6 +3,7 @@ agree; where several parts read the same SGLang lines, they read them with the s
 
 from __future__ import annotations
 
+import shutil
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,6 @@ import pytest
 from crashdoc.assembly import markers
 from crashdoc.assembly import memory_lines as memory
 from crashdoc.events import LogLine, WatchRule
-from crashdoc.sources import fastread
 from crashdoc.sources.journal import JournalSource, UnitFilter
 from crashdoc.text import terminal_safe
 from support.journal_files import TERMINAL_HOSTILE, TRACEBACK, line, needs_journal_remote, write_journal
@@ -48,7 +48,7 @@ def test_the_c_reader_keeps_a_line_as_the_python_reader_does(tmp_path: Path, mon
     fast, source = _read(tmp_path, tmp_path / "build")
     if source._batch is None:
         pytest.skip("the C batch reader cannot be built here (no compiler or no libsystemd headers)")
-    monkeypatch.setattr(fastread.shutil, "which", lambda name: None)
+    monkeypatch.setattr(shutil, "which", lambda name: None)
     slow, python_source = _read(tmp_path, tmp_path / "no-compiler")
     assert python_source._batch is None
     assert fast == slow

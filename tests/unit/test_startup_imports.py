@@ -10,6 +10,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 HEALTHY = "[2026-12-01 10:00:00 TP0] Decode batch, #running-req: 12, #token: 40312, token usage: 0.21\n"
 FAILED = (
     "[2026-12-01 10:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
@@ -18,14 +20,12 @@ FAILED = (
     "RuntimeError: CUDA error: an illegal memory access was encountered\n"
 )
 
-# Run in a child: the modules `explain` left in sys.modules, after what it printed.
+# Run in a child: the modules `explain` left in sys.modules, after what it printed (the CLI called with its
+# arguments, as a caller does: in a process of its own it would end with the command, `cli.end_now`).
 _CHILD = """
-import json, runpy, sys
-sys.argv = ["crashdoc", "explain", sys.argv[1]]
-try:
-    runpy.run_module("crashdoc", run_name="__main__")
-except SystemExit:
-    pass
+import json, sys
+from crashdoc.cli import main
+main(["explain", sys.argv[1]])
 print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("crashdoc", "shutil", "hashlib"))))
 """
 
@@ -95,3 +95,43 @@ def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
     assert out.stdout.split() == ["False", "False", "True", "False"]
+
+
+def test_the_configuration_and_the_journal_source_import_no_alert_sender_or_gpu_records() -> None:
+    """`diagnose` reads the configuration and opens the journal before its first walk starts: the client settings
+    for Alertmanager come without the sender (threads, JSON) and the diagnosis records it reads, the host's name
+    without `socket`, the journal source without the GPU faults' records (imported with the kernel's reader)."""
+    code = (
+        "import json, sys, crashdoc.config\n"
+        "config = set(sys.modules)\n"
+        "import crashdoc.sources.journal\n"
+        "print(json.dumps([sorted(config), sorted(sys.modules)]))"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
+    config, journal = json.loads(out.stdout)
+    for name in ("crashdoc.outputs.alerts", "crashdoc.diagnosis_records", "crashdoc.gpu_events", "threading", "socket"):
+        assert name not in config
+    assert "crashdoc.outputs.httpclient" in config
+    assert "crashdoc.sources.journal" in journal
+    assert not {"crashdoc.gpu_events", "crashdoc.diagnosis_records", "crashdoc.outputs.alerts"} & set(journal)
+
+
+def test_a_built_c_reader_is_found_without_the_build_tools(tmp_path: Path) -> None:
+    """The C batch reader built once is found by a stat: what builds it (subprocess, shutil, tempfile, sysconfig)
+    and hashlib are imported only when it has to be built."""
+    code = (
+        "import json, sys\n"
+        "from pathlib import Path\n"
+        "from systemd import journal\n"  # the journal source's import, before this one
+        "before = set(sys.modules)\n"
+        "from crashdoc.sources.fastread import built_library\n"
+        "found, why = built_library(Path(sys.argv[1]))\n"
+        "print(json.dumps([str(found), why, sorted(set(sys.modules) - before)]))"
+    )
+    argv = [sys.executable, "-c", code, str(tmp_path)]
+    first = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True, timeout=300).stdout)
+    if first[0] == "None":
+        pytest.skip(f"the C batch reader cannot be built here: {first[1]}")
+    found, why, imported = json.loads(subprocess.run(argv, capture_output=True, text=True, check=True).stdout)
+    assert (found, why) == (first[0], "")
+    assert not {"subprocess", "shutil", "tempfile", "sysconfig", "hashlib"} & set(imported), imported

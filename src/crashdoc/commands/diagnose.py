@@ -39,6 +39,7 @@ if TYPE_CHECKING:
 DEFAULT_HOST_SINCE = 24 * 3600  # `diagnose` on the host journal looks back this far by default
 PROBLEM_EXIT = EXIT_CANNOT_RUN  # a UserError here (configuration, library) is no verdict on the journal
 HOST_JOURNALS = ("/var/log/journal", "/run/log/journal")
+BATCH = 5_000  # journal entries a read hands the engine (the walk of the next runs meanwhile: the last is short)
 
 JOURNAL_MAGIC = b"LPKSHHRH"  # the first bytes of every journal file (systemd's journal-def.h)
 
@@ -105,7 +106,6 @@ def main(args: argparse.Namespace) -> int:
         )
     except OSError as exc:
         raise NothingRead(f"cannot open the journal: {exc}") from exc
-    source.read_gpu_events()  # the kernel's GPU faults, joined with the units' crashes
     start: float | None = since
     live = not (args.directory or files)
     if since is not None:
@@ -118,7 +118,8 @@ def main(args: argparse.Namespace) -> int:
     if progress.enabled:
         oldest = source.newest_timestamp(oldest=True)
         progress.start, progress.end = max(start or 0.0, oldest or 0.0) or None, source.newest_timestamp()
-    source.start_reading(20_000)  # the first entries are walked while the library loads and the engine is built
+    source.start_reading(BATCH)  # the first entries are walked while the library loads and the engine is built
+    source.read_gpu_events()  # the kernel's GPU faults, joined with the units' crashes (from the first read on)
     from crashdoc.commands.pipeline import build_engine, derived_setup, feed, load_library_or_fail
     from crashdoc.matching.matcher import Matcher
 
@@ -158,7 +159,7 @@ def main(args: argparse.Namespace) -> int:
                 devices = gpu_facts.for_state(state)  # its CUDA_VISIBLE_DEVICES
                 feed(engine, [*([devices] if devices is not None else []), *launches.prepare([state])])
     while True:
-        feed(engine, launches.prepare(source.read(20_000)))
+        feed(engine, launches.prepare(source.read(BATCH)))
         if source.driver_loaded:  # the NVIDIA driver loaded again (a reboot in the journal): its GPUs as now
             source.driver_loaded = False
             host = gpu_facts.host()

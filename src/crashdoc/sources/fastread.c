@@ -204,6 +204,7 @@ typedef struct {
     pthread_mutex_t lock; pthread_cond_t wake, done;
     Walk *job; /* the walk the worker is to do or does; NULL once done */
     char *cursor; uint64_t usec; int has_position; /* where the reader was when the running walk started */
+    int placed; /* the running walk started on no entry (the reader just placed: at the head, at a time) */
 } Ahead;
 
 static uint64_t key_hash(const char *unit, size_t nunit, const char *pid, size_t npid) {
@@ -516,7 +517,7 @@ static int worker_walk(Ahead *a, Walk *w) {
 
 /* without a thread running: forget where it started */
 static void ahead_forget_position(Ahead *a) {
-    free(a->cursor); a->cursor = NULL; a->has_position = 0;
+    free(a->cursor); a->cursor = NULL; a->has_position = 0; a->placed = 0;
 }
 
 /* wait for the running walk, if any; 1 when a walk was waited for (its batch not handed out yet) */
@@ -541,11 +542,14 @@ PyObject *crashdoc_ahead_position(void *state) {
 }
 
 /* drop the walked batch that was not handed out (the reader is to be placed again): joins first; returns the
- * cursor of the last entry handed out (to seek back to), or None */
+ * cursor of the last entry handed out (to seek back to), "" when the walk started on no entry (place the reader
+ * again as it was placed), or None */
 PyObject *crashdoc_ahead_drop(void *state) {
     Ahead *a = state;
     int waited = crashdoc_ahead_join(a);
-    PyObject *out = waited && a->cursor ? PyUnicode_FromString(a->cursor) : (Py_INCREF(Py_None), Py_None);
+    PyObject *out = waited && a->placed   ? PyUnicode_FromString("")
+                    : waited && a->cursor ? PyUnicode_FromString(a->cursor)
+                                          : (Py_INCREF(Py_None), Py_None);
     walk_clear(&a->walk[a->next]);
     ahead_forget_position(a);
     return out;
@@ -577,7 +581,7 @@ void crashdoc_ahead_free(void *state) {
 /* with the GIL, no walk running: walk[index] from the reader's entry on, in a thread (-1: an exception set;
  * when no thread can start, nothing runs and the next call walks itself) */
 static int ahead_start(Ahead *a, int index, sd_journal *j, long limit, PyObject *stop, PyObject *processes,
-                       long max_bytes) {
+                       long max_bytes, int from_placement) {
     Walk *n = &a->walk[index];
     char *cursor = NULL; /* where the events handed out end: asked of no reader while the walk runs */
     ahead_forget_position(a);
@@ -585,11 +589,12 @@ static int ahead_start(Ahead *a, int index, sd_journal *j, long limit, PyObject 
         a->cursor = cursor; a->has_position = 1;
     } else {
         free(cursor);
+        a->placed = from_placement; /* on no entry: just placed (diagnose's first walk, while it loads its library) */
     }
     if (walk_setup(n, j, limit, stop, processes, max_bytes) < 0 || walk_names(n, a->names) < 0) {
         ahead_forget_position(a); return -1;
     }
-    if (a->has_position && worker_walk(a, n) == 0) {
+    if ((a->has_position || a->placed) && worker_walk(a, n) == 0) {
         a->running = 1;
     } else {
         walk_clear(n); ahead_forget_position(a);
@@ -597,12 +602,14 @@ static int ahead_start(Ahead *a, int index, sd_journal *j, long limit, PyObject 
     return 0;
 }
 
-/* start walking the next batch now (after Python read the entry a batch stopped on); None */
+/* start walking the next batch now, after Python read the entry a batch stopped on, or (`placed`) placed the
+ * reader: then crashdoc_ahead_drop says "" and Python places it again; None */
 PyObject *crashdoc_ahead_start(PyObject *reader, void *state, long limit, PyObject *stop, PyObject *processes,
-                               long max_bytes) {
+                               long max_bytes, long placed) {
     Ahead *a = state;
     if (a->running) Py_RETURN_NONE;
-    if (ahead_start(a, a->next, ((SystemdReader *)reader)->j, limit, stop, processes, max_bytes) < 0) return NULL;
+    if (ahead_start(a, a->next, ((SystemdReader *)reader)->j, limit, stop, processes, max_bytes, placed != 0) < 0)
+        return NULL;
     Py_RETURN_NONE;
 }
 
@@ -690,7 +697,7 @@ PyObject *crashdoc_read_ahead(PyObject *reader, void *state, long limit, PyObjec
      * (Python forgets some while it reads this batch: each process's next line is then read as a first line) */
     if (w->status == LIMIT) {
         PyObject *known = w->forgot ? PyDict_New() : (Py_INCREF(processes), processes);
-        int started = known != NULL ? ahead_start(a, 1 - a->next, j, limit, stop, known, max_bytes) : -1;
+        int started = known != NULL ? ahead_start(a, 1 - a->next, j, limit, stop, known, max_bytes, 0) : -1;
         Py_XDECREF(known);
         if (started < 0) return NULL;
     }

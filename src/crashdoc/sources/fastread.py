@@ -11,14 +11,10 @@ journal is read by the systemd-python batch reader of sources/journal.py: same e
 from __future__ import annotations
 
 import ctypes
-import hashlib
 import os
-import shutil
-import subprocess
 import sys
-import sysconfig
-import tempfile
 import time
+import zlib
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -96,7 +92,7 @@ class ReadAhead:
             f.argtypes, f.restype = (ctypes.c_void_p,), ctypes.py_object
         self._start = lib.crashdoc_ahead_start
         self._start.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_long, *(ctypes.py_object,) * 2)
-        self._start.argtypes += (ctypes.c_long,)
+        self._start.argtypes += (ctypes.c_long, ctypes.c_long)
         self._start.restype = ctypes.py_object
         self._set = lib.crashdoc_ahead_set
         self._set.argtypes = (ctypes.c_void_p, ctypes.py_object, ctypes.py_object)
@@ -120,27 +116,31 @@ class ReadAhead:
         self._set(self._state, self.names, self.other_entry)
         return self._read(reader, self._state, limit, stop, processes, max_bytes, line_of, text_of, self.first_line)
 
-    def start(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int) -> None:
-        """Walk the next batch now, from the entry the reader is on (Python has read the one a batch stopped on)."""
+    def start(self, reader: Any, limit: int, stop: Any, processes: Any, max_bytes: int, placed: bool = False) -> None:
+        """Walk the next batch now, from the entry the reader is on (Python has read the one a batch stopped on),
+        or (`placed`) from where it was just placed, on no entry yet (the head, a time: `diagnose`'s first walk)."""
         self._reader = reader
         self._set(self._state, self.names, self.other_entry)
-        self._start(reader, self._state, limit, stop, processes, max_bytes)
+        self._start(reader, self._state, limit, stop, processes, max_bytes, int(placed))
 
     def position(self) -> tuple[str, float] | None:
         """(cursor, realtime in seconds) of the last entry handed out while a walk runs past it; else None."""
         where = self._position(self._state)
         return None if where is None else (where[0], where[1] / 1e6)
 
-    def settle(self, reader: Any) -> None:
+    def settle(self, reader: Any, place: Callable[[], None]) -> None:
         """Before the reader is used outside reading: no walk may run beside it, and what one read past the
-        events handed out is read again."""
+        events handed out is read again (`place`: how the reader was placed, for a walk that started there)."""
         back = self.drop()
         if back:
             reader.seek_cursor(back)
             reader._next()  # on the last entry handed out: reading goes on after it
+        elif back == "":  # the walk started where the reader was placed, before any entry was handed out
+            place()
 
     def drop(self) -> str | None:
-        """Wait for the walk and forget what it read; the cursor of the last entry handed out, if it ran."""
+        """Wait for the walk and forget what it read; the cursor of the last entry handed out, if it ran ("": it
+        started on no entry, where the reader had been placed)."""
         return self._drop(self._state)
 
     def __del__(self) -> None:
@@ -150,20 +150,40 @@ class ReadAhead:
 
 
 def built_library(folder: Path, path: Path = SOURCE) -> tuple[Path | None, str]:
-    """The shared library built from the C file `path` (fastread.c; busread.c) in `folder`, or why not."""
+    """The shared library built from the C file `path` (fastread.c; busread.c) in `folder`, or why not.
+
+    Built once per source, Python and systemd-python: a start that finds it costs a read of the source and a
+    stat (the compiler's modules, subprocess, shutil, tempfile, sysconfig, are imported only to build)."""
     try:
         source = path.read_bytes()
     except OSError as exc:
         return None, f"cannot read {path}: {exc.strerror or exc}"
     from systemd import journal
 
-    key = hashlib.blake2b(digest_size=10)
-    for part in (source, sys.version.encode(), str(journal.__file__).encode(), sys.executable.encode()):
-        key.update(len(part).to_bytes(8, "little") + part)
-    target = folder / f"{path.stem}-{key.hexdigest()}.so"
-    failed = target.with_suffix(".failed")
+    key = source_key(source, sys.version.encode(), str(journal.__file__).encode(), sys.executable.encode())
+    target = folder / f"{path.stem}-{key}.so"
     if target.exists():
         return target, ""
+    return _build(folder, path, target)
+
+
+def source_key(*parts: bytes) -> str:
+    """16 hex digits that change with any of `parts` (each framed by its length): zlib's CRC-32 and Adler-32 of
+    them, at no import cost (hashlib loads OpenSSL); a stale library would need both to collide."""
+    crc, adler = 0, 1
+    for part in parts:
+        framed = len(part).to_bytes(8, "little") + part
+        crc, adler = zlib.crc32(framed, crc), zlib.adler32(framed, adler)
+    return f"{crc:08x}{adler:08x}"
+
+
+def _build(folder: Path, path: Path, target: Path) -> tuple[Path | None, str]:
+    import shutil
+    import subprocess
+    import sysconfig
+    import tempfile
+
+    failed = target.with_suffix(".failed")
     try:  # a failed build is tried again a day later (a compiler or libsystemd-dev installed since)
         if time.time() - failed.stat().st_mtime < RETRY_FAILED_AFTER:
             return None, f"its build failed (see {failed}; tried again a day later)"

@@ -21,15 +21,16 @@ from __future__ import annotations
 
 import fnmatch
 import os
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
+from functools import partial
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeAlias
 
 from systemd import journal
 
-from crashdoc.events import GpuEvent, Lifecycle, LifecycleRecord, LogLine, WatchRule
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, WatchRule
 from crashdoc.sources.journal_batch import (
     AT_END,
     MAX_MESSAGE_CHARS,
@@ -47,6 +48,7 @@ from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
 from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
+    from crashdoc.gpu_events import GpuEvent
     from crashdoc.sources.fastread import BatchReader, ReadAhead
     from crashdoc.sources.kernel_gpu import KernelGpuReader
 
@@ -127,7 +129,7 @@ class ReadStats:
     last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
-Event = LogLine | LifecycleRecord | GpuEvent
+Event: TypeAlias = "LogLine | LifecycleRecord | GpuEvent"  # a GPU fault's record is imported with the kernel's reader
 
 
 class JournalSource:
@@ -175,6 +177,8 @@ class JournalSource:
 
             self._batch, self.fast_reader = batch_reader(self.reader, build_dir)
             self._ahead = read_ahead(build_dir) if self._batch is not None else None
+        # how the reader was placed, while it stands on no entry (a walk from there is dropped by placing it again)
+        self._place: Callable[[], None] | None = self.reader.seek_head
         self._walked = WalkedEntries(self, self._ahead)
         self._names |= self._journal_names()
         self._match()
@@ -289,10 +293,12 @@ class JournalSource:
     def seek_head(self) -> None:
         self._walked.settle()
         self.reader.seek_head()
+        self._place = self.reader.seek_head
 
     def seek_tail(self) -> None:
         """Start after the newest entry: only what happens from now on."""
         self._walked.settle()
+        self._place = None
         self.reader.seek_tail()
         self.reader._previous()  # libsystemd needs a step to settle on the tail
 
@@ -301,6 +307,7 @@ class JournalSource:
             when = datetime.fromtimestamp(when)
         self._walked.settle()
         self.reader.seek_realtime(when)
+        self._place = partial(self.reader.seek_realtime, when)
 
     def seek_cursor(self, cursor: str) -> bool:
         """Resume after `cursor`; False when it is no cursor libsystemd can place.
@@ -313,6 +320,7 @@ class JournalSource:
         """
         self.cursor_gone = False
         self._walked.settle()
+        self._place = None
         r = self.reader
         try:
             r.seek_cursor(cursor)
@@ -360,6 +368,7 @@ class JournalSource:
         if self._invalidated:
             self._invalidated = False
             self._count_vacuumed()
+        self._place = None  # from here on the reader stands on the entries it read
         ahead = None if self._following else self._ahead
         batch = ahead or self._batch or python_batch
         r = self.reader
@@ -408,6 +417,8 @@ class JournalSource:
                 self.at_end = True  # do not spin on a broken file: try again on the next wake-up
                 break
             self._pages.bound(self.at_end)
+            if ahead is not None:  # one walked batch a call (walked with the last call's limit, which may be less)
+                break
         stats.lines += lines
         if stepped:
             stats.entries += stepped
@@ -423,9 +434,11 @@ class JournalSource:
 
     def start_reading(self, limit: int) -> None:
         """Reading ahead (`once`, the C reader): walk the next `limit` entries now, in a thread, while the caller
-        prepares its first read() (`diagnose` loads its library); without it, nothing."""
+        prepares its first read() (`diagnose` loads its library), from where the reader was placed (seek_head,
+        seek_since) or the entry it is on; without it, nothing."""
         if self._ahead is not None:
-            self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS)
+            placed = self._place is not None  # on no entry yet: a walk dropped before any read places it again
+            self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS, placed)
 
     def _count_vacuumed(self) -> None:
         """Journal files went away (a vacuum) while reading was behind: count the entries after the
@@ -571,7 +584,7 @@ class WalkedEntries:
 
     def settle(self) -> None:
         if self.ahead is not None:
-            self.ahead.settle(self.source.reader)
+            self.ahead.settle(self.source.reader, self.source._place or (lambda: None))
 
     def first_line(self, fields: dict[str, bytes], usec: int, unit_raw: bytes) -> LogLine | None:
         """A process's first line (counted with its batch)."""
