@@ -22,15 +22,17 @@ import json
 import zlib
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import re2
 
 from crashdoc.events import FlagChange
-from crashdoc.matching.derived_index import PrefixIndex
-from crashdoc.matching.derived_store import ShippedStore, in_spans, read_shipped
 from crashdoc.matching.library import Signature
 from crashdoc.text import LazyPattern
+
+if TYPE_CHECKING:  # imported where the derived records are first read: `explain` of a healthy log never does
+    from crashdoc.matching.derived_index import PrefixIndex
+    from crashdoc.matching.derived_store import ShippedStore
 
 DATA_FORMAT = 2
 MAX_MESSAGE_CHARS = 4000  # what a message is matched on: patterns are anchored at its start
@@ -209,7 +211,7 @@ def _options() -> re2.Options:
 # head (id, type, pattern, template length, release spans, chunk) whose rest is in its chunk, read when needed.
 Row = dict[str, Any] | list[Any] | tuple[Any, ...]
 _HEAD_FIELDS = ("id", "type", "pattern")
-Loaded = tuple[list[Row], tuple[str, ...], ShippedStore | None]
+Loaded = tuple[list[Row], tuple[str, ...], "ShippedStore | None"]
 
 
 def _head(row: Row) -> tuple[str, str, str, int]:
@@ -324,6 +326,8 @@ class DerivedLibrary:
         """Whether the release's source holds record `index` (read from a head's spans without its rest)."""
         if self._store is None:
             return release in self.signature(index).releases
+        from crashdoc.matching.derived_store import in_spans
+
         return release in self.releases and in_spans(_shipped(self._rows[index])[0], self.releases.index(release))
 
     def records_in(self, release: str) -> Iterator[dict[str, Any]]:
@@ -332,6 +336,8 @@ class DerivedLibrary:
         rows = self._rows
         at = self.releases.index(release) if release in self.releases else -1
         if self._store is not None:
+            from crashdoc.matching.derived_store import in_spans
+
             return self._records_at([i for i, row in enumerate(rows) if in_spans(_shipped(row)[0], at)])
         return (r for r in map(_full, rows) if any(a <= at <= b for a, b, *_ in _runs(r)))
 
@@ -344,6 +350,8 @@ class DerivedLibrary:
     def _candidates(self, text: str) -> list[int]:
         """Records whose anchored pattern can match `text` (`derived_index`: nothing compiled until then)."""
         if self._prefixes is None:
+            from crashdoc.matching.derived_index import PrefixIndex
+
             rows = self._rows
             shipped = self._store.prefixes if self._store is not None else None
             self._prefixes = shipped or PrefixIndex(_head(row)[2] for row in rows)
@@ -543,6 +551,8 @@ def _read_shipped() -> Loaded:
     """The shipped index (heads only: each record's rest stays compressed in its chunk until asked for)."""
     try:
         from importlib import resources  # 7 ms of imports that `explain` without a traceback never needs
+
+        from crashdoc.matching.derived_store import read_shipped
 
         folder = resources.files("crashdoc.matching").joinpath("data/derived")
         heads, releases, store = read_shipped(lambda name: folder.joinpath(name).read_bytes())
