@@ -30,6 +30,7 @@ from crashdoc.matching.derived import (
 )
 from crashdoc.matching.library import builtin_signature_dirs, load_library
 from crashdoc.matching.matcher import Matcher
+from support.derived_records import page_size_check
 
 ROOT = Path(__file__).resolve().parents[2]
 FIXTURE = ROOT / "tests" / "fixtures" / "mine"
@@ -210,20 +211,7 @@ def test_shipped_data_covers_every_release_and_stays_small():
 
 
 def _sig(template: str, releases: tuple[str, ...], line: int = 10) -> DerivedSignature:
-    pattern = "^" + template.replace("-", "\\-").replace(".", "\\.").replace("{}", "(?P<v>[^\\n]+)")
-    return DerivedSignature(
-        id=signature_id("ValueError", template),
-        exception_type="ValueError",
-        template=template,
-        pattern=pattern,
-        flags=("--page-size",),
-        env=(),
-        condition="cfg.page_size < 1",
-        fix=(FlagChange("set", "--page-size", "1"),),
-        summary="Set --page-size 1",
-        sites=tuple((r, "sglang/srt/x.py", line, "check") for r in releases),
-        releases=releases,
-    )
+    return page_size_check(template, releases, line=line)
 
 
 def test_release_order_and_ranges():

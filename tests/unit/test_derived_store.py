@@ -14,7 +14,6 @@ from pathlib import Path
 
 import pytest
 
-from crashdoc.events import FlagChange
 from crashdoc.matching.derived import (
     DerivedLibrary,
     DerivedSignature,
@@ -22,31 +21,18 @@ from crashdoc.matching.derived import (
     library_of,
     load_shipped,
     loads,
-    signature_id,
     stored_rows,
 )
 from crashdoc.matching.derived_store import INDEX, chunk_ranges, read_shipped, write_shipped
 from crashdoc.remedy.accepted import release_checks
+from support.derived_records import page_size_check
 
 RELEASES = ("0.5.8", "0.5.9", "0.5.10", "0.5.11", "0.5.12")
 TEXTS = ("--page-size must be positive, got 0.", "--page-size must be positive, got 0", "--tp-size must divide 3")
 
 
 def _sig(template: str, releases: tuple[str, ...], condition: str = "cfg.x < 1") -> DerivedSignature:
-    pattern = "^" + template.replace("-", "\\-").replace(".", "\\.").replace("{}", "(?P<v>[^\\n]+)")
-    return DerivedSignature(
-        id=signature_id("ValueError", template),
-        exception_type="ValueError",
-        template=template,
-        pattern=pattern,
-        flags=("--page-size",),
-        env=(),
-        condition=condition,
-        fix=(FlagChange("set", "--page-size", "1"),),
-        summary="Set --page-size 1",
-        sites=tuple((r, "sglang/srt/x.py", 10 + i, "check") for i, r in enumerate(releases)),
-        releases=releases,
-    )
+    return page_size_check(template, releases, condition=condition, step=1)
 
 
 def _memory() -> DerivedLibrary:
