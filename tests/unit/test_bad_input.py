@@ -137,7 +137,10 @@ def test_a_damaged_state_file_is_a_warning_and_a_fresh_start(tmp_path: Path, dam
     saved = CursorStore(tmp_path).load()
     assert saved.cursor is None and saved.engine is None and saved.legacy_engine == b""
     assert saved.warning.startswith(f"{tmp_path / 'state.json'} is unreadable (")
-    assert saved.warning.endswith("; starting at the journal's end")
+    assert saved.warning.endswith(f" (kept as {tmp_path / 'state.json.unusable'}); starting at the journal's end")
+    # kept aside, byte for byte: the next save does not destroy what another crashdoc might still read
+    assert not (tmp_path / "state.json").exists()
+    assert (tmp_path / "state.json.unusable").read_bytes() == DAMAGED[damage]
 
 
 def test_an_unreadable_state_file_is_a_warning_too(tmp_path: Path) -> None:

@@ -65,6 +65,24 @@ def test_state_written_by_crashdoc_0_1_0_loads_with_its_counters_loops_and_curso
     assert [ev.kind for ev in e.pending()].count("loop-started") == 1, "the outbox survives the upgrade"
 
 
+def test_a_state_from_a_newer_crashdoc_is_kept_aside_not_overwritten(tmp_path: Path, capsys) -> None:  # type: ignore[no-untyped-def]
+    """A downgrade: this crashdoc cannot read the newer engine state; it resumes at the saved cursor with empty
+    counters, and the file it cannot read is kept for the newer release to come back to."""
+    store = CursorStore(tmp_path)
+    e = engine()
+    snapshot = e.snapshot()
+    newer = {**snapshot, "version": snapshot["version"] + 1}
+    assert store.save(V1_CURSOR, engine=newer)
+    written = (tmp_path / "state.json").read_bytes()
+    assert not restore(engine(), store.load(), journal_gone=False, keep_aside=store.keep_aside)
+    said = capsys.readouterr().err
+    assert "the saved state cannot be used (" in said and "newer" in said
+    assert f"(kept as {tmp_path / 'state.json.unusable'}); resuming the journal with empty counters" in said
+    assert (tmp_path / "state.json.unusable").read_bytes() == written
+    assert store.save(V1_CURSOR, engine=e.snapshot())  # the next save writes a new state.json beside it
+    assert (tmp_path / "state.json.unusable").read_bytes() == written
+
+
 def test_the_upgraded_state_is_saved_in_todays_format_and_reads_back(tmp_path: Path) -> None:
     shutil.copy(V1_STATE, tmp_path / "state.json")
     store = CursorStore(tmp_path)

@@ -113,7 +113,7 @@ class Daemon:
                     "the saved journal position is gone (rotated away and vacuumed while crashdoc was not "
                     "running, or a new journal): going on with the oldest entry after it"
                 )
-            if saving.restore(self.engine, saved, journal_gone=gone):
+            if saving.restore(self.engine, saved, journal_gone=gone, keep_aside=self.saver.store.keep_aside):
                 # effects between the last save and a kill are redone on resume: skip records already written
                 self.effects.recorder.seen |= recorded_event_ids(saved.saved_at - 3600, self.config.journal_directory)
         else:

@@ -115,8 +115,9 @@ class StateSaver:
             self.dirty = True
 
 
-def restore(engine: Engine, saved: SavedState, journal_gone: bool) -> bool:
-    """Give the engine the state saved at the cursor; False (and a log line) when there is none to use.
+def restore(engine: Engine, saved: SavedState, journal_gone: bool, keep_aside: Callable[[], str] = lambda: "") -> bool:
+    """Give the engine the state saved at the cursor; False (and a log line) when there is none to use (an
+    engine state it cannot read is first kept aside: `CursorStore.keep_aside`).
 
     When the journal it came from is gone (`journal_gone`: the cursor no longer exists, e.g. a fresh
     journal after a re-image), counters keep their totals but no loop it showed is taken as going on.
@@ -129,7 +130,7 @@ def restore(engine: Engine, saved: SavedState, journal_gone: bool) -> bool:
         if saved.engine is None:
             log("the saved state of crashdoc 0.1.0 was read and will be saved in today's format")
     except SnapshotError as exc:
-        log(f"the saved state cannot be used ({exc}); resuming the journal with empty counters")
+        log(f"the saved state cannot be used ({exc}){keep_aside()}; resuming the journal with empty counters")
         return False
     if journal_gone:
         looping = [name for name, rec in engine.units().items() if rec.crashloop]

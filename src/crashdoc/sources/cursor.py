@@ -74,9 +74,23 @@ class CursorStore:
             if not math.isfinite(saved_at):
                 raise ValueError("bad saved_at")
         except (ValueError, TypeError, RecursionError, UnicodeDecodeError, binascii.Error) as exc:  # any damage
-            return SavedState(warning=f"{self.path} is unreadable ({exc}); starting at the journal's end")
+            kept = self.keep_aside()
+            return SavedState(warning=f"{self.path} is unreadable ({exc}){kept}; starting at the journal's end")
         self.last_saved = cursor
         return SavedState(cursor=cursor, data=data, engine=engine, legacy_engine=legacy, saved_at=saved_at)
+
+    def keep_aside(self) -> str:
+        """Move a state file this crashdoc cannot use (damaged, or written by a newer crashdoc) to
+        `state.json.unusable`, so that the next save does not destroy what another release could still read;
+        the words to add to the log line ("" when there was nothing to move)."""
+        aside = self.path.with_name(f"{STATE_FILE}.unusable")
+        try:
+            os.replace(self.path, aside)
+        except FileNotFoundError:
+            return ""
+        except OSError as exc:
+            return f" (it could not be kept aside: {exc.strerror or exc})"
+        return f" (kept as {aside})"
 
     def save(
         self, cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | None = None
