@@ -171,3 +171,27 @@ def test_the_daemon_reads_ahead_while_it_catches_up_and_reads_in_turn_once_caugh
     assert [e.text for e in got if isinstance(e, LogLine)] == [f"Decode batch {i}" for i in range(1_000)]
     assert source._ahead.position() is None  # at the end: no walk goes on
     assert source.read(300) == [] and source.at_end and source._ahead.position() is None
+
+
+def test_a_time_places_the_reader_where_systemd_pythons_reader_places_it(tmp_path: Path) -> None:
+    """The source opens systemd-python's C reader (`_Reader`) and converts `--since` to microseconds itself: the
+    first entry read is the one `systemd.journal.Reader.seek_realtime` finds, on an entry's microsecond, between
+    two entries, before the first and after the last."""
+    from datetime import datetime
+
+    from systemd import journal
+
+    unit = "sglang-decode.service"
+    write_journal(tmp_path, [line(f"Decode batch {i}", pid="100", unit=unit) for i in range(50)])
+    units = UnitFilter((WatchRule("sglang*.service"),))
+    for since in (1_800_000_000.0205, 1_800_000_000.021, 1_800_000_000.020999, 1_799_999_999.0, 1_800_000_001.0):
+        reference = journal.Reader(path=str(tmp_path))
+        reference.seek_realtime(datetime.fromtimestamp(since))
+        expected = [e["MESSAGE"] for e in reference]
+        for build in (None, tmp_path / "build"):  # systemd-python's batches and the C reader's
+            source = JournalSource(units, directory=str(tmp_path), once=True, build_dir=build)
+            source.seek_since(since)
+            got: list[object] = []
+            while not source.at_end:
+                got += source.read(20)
+            assert [e.text for e in got if isinstance(e, LogLine)] == expected, (since, build)

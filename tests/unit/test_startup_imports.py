@@ -102,7 +102,8 @@ def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
 def test_the_configuration_and_the_journal_source_import_no_alert_sender_or_gpu_records() -> None:
     """`diagnose` reads the configuration and opens the journal before its first walk starts: the client settings
     for Alertmanager come without the sender (threads, JSON) and the diagnosis records it reads, the host's name
-    without `socket`, the journal source without the GPU faults' records (imported with the kernel's reader)."""
+    without `socket`, the journal source without the GPU faults' records (imported with the kernel's reader) and on
+    systemd-python's C reader alone."""
     code = (
         "import json, sys, crashdoc.config\n"
         "config = set(sys.modules)\n"
@@ -116,6 +117,9 @@ def test_the_configuration_and_the_journal_source_import_no_alert_sender_or_gpu_
     assert "crashdoc.outputs.httpclient" in config
     assert "crashdoc.sources.journal" in journal
     assert not {"crashdoc.gpu_events", "crashdoc.diagnosis_records", "crashdoc.outputs.alerts"} & set(journal)
+    # systemd-python's C reader without its Python module (which imports logging, uuid, traceback, platform)
+    assert "systemd._reader" in journal
+    assert not {"systemd.journal", "logging", "uuid", "traceback", "platform"} & set(journal)
 
 
 def test_a_built_c_reader_is_found_without_the_build_tools(tmp_path: Path) -> None:
@@ -124,7 +128,7 @@ def test_a_built_c_reader_is_found_without_the_build_tools(tmp_path: Path) -> No
     code = (
         "import json, sys\n"
         "from pathlib import Path\n"
-        "from systemd import journal\n"  # the journal source's import, before this one
+        "from systemd import _reader\n"  # the journal source's import, before this one
         "before = set(sys.modules)\n"
         "from crashdoc.sources.fastread import built_library\n"
         "found, why = built_library(Path(sys.argv[1]))\n"

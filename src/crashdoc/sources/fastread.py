@@ -34,14 +34,14 @@ LIMIT, AT_END, STOPPED = 0, 1, 2
 
 def batch_reader(reader: Any, folder: Path | None) -> tuple[BatchReader | None, str]:
     """`(read_batch, "")` for this systemd-python Reader, or `(None, why not)`."""
-    from systemd import journal
+    from systemd._reader import _Reader
 
     if folder is None:
         return None, "no cache folder to build it in (no $HOME or $XDG_CACHE_HOME)"
-    if not isinstance(reader, journal._Reader):
+    if not isinstance(reader, _Reader):
         return None, "the journal reader is not systemd-python's"
     # fastread.c reads the sd_journal pointer that follows the object header of systemd-python's Reader
-    if journal._Reader.__basicsize__ != object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p):
+    if _Reader.__basicsize__ != object.__basicsize__ + ctypes.sizeof(ctypes.c_void_p):
         return None, "systemd-python's Reader has a layout fastread.c does not know"
     library, why = built_library(folder)
     if library is None:
@@ -158,9 +158,9 @@ def built_library(folder: Path, path: Path = SOURCE) -> tuple[Path | None, str]:
         source = path.read_bytes()
     except OSError as exc:
         return None, f"cannot read {path}: {exc.strerror or exc}"
-    from systemd import journal
+    from systemd import _reader  # the C type whose layout fastread.c reads
 
-    key = source_key(source, sys.version.encode(), str(journal.__file__).encode(), sys.executable.encode())
+    key = source_key(source, sys.version.encode(), str(_reader.__file__).encode(), sys.executable.encode())
     target = folder / f"{path.stem}-{key}.so"
     if target.exists():
         return target, ""

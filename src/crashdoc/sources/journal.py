@@ -28,7 +28,7 @@ from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, TypeAlias
 
-from systemd import journal
+from systemd._reader import INVALIDATE, _Reader
 
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, WatchRule
 from crashdoc.sources.journal_batch import (
@@ -192,7 +192,7 @@ class JournalSource:
         names: set[bytes] = set()
         for name in ("_SYSTEMD_UNIT", "UNIT"):
             try:
-                values = journal._Reader.query_unique(self.reader, name)
+                values = _Reader.query_unique(self.reader, name)
             except OSError:
                 continue
             names.update(v for v in values if self._role(v) is not None)
@@ -210,7 +210,7 @@ class JournalSource:
         walked at 1.8 us per entry where these terms walk at 1.0 (bench/README.md), and PID 1 writes
         little beside its records about units. `read()` checks each entry as before."""
         r = self.reader
-        add = journal._Reader.add_match
+        add = _Reader.add_match
         if self._ahead is not None:  # a walk reading ahead keeps PID 1's records about these units for Python
             self._ahead.names = tuple(self._names)
         r.flush_matches()
@@ -305,9 +305,11 @@ class JournalSource:
     def seek_since(self, when: datetime | float) -> None:
         if isinstance(when, int | float):
             when = datetime.fromtimestamp(when)
+        # microseconds as systemd.journal.Reader.seek_realtime computes them from a datetime (the C reader takes them)
+        usec = int(float(when.astimezone().strftime("%s.%f")) * 1000000)
         self._walked.settle()
-        self.reader.seek_realtime(when)
-        self._place = partial(self.reader.seek_realtime, when)
+        self.reader.seek_realtime(usec)
+        self._place = partial(self.reader.seek_realtime, usec)
 
     def seek_cursor(self, cursor: str) -> bool:
         """Resume after `cursor`; False when it is no cursor libsystemd can place.
@@ -511,8 +513,8 @@ class JournalSource:
             return lines
         unit_raw = unit.encode()
         try:
-            reader.add_match(_SYSTEMD_INVOCATION_ID=invocation)
-            journal._Reader.add_match(reader, b"_SYSTEMD_UNIT=" + unit_raw)
+            reader.add_match(f"_SYSTEMD_INVOCATION_ID={invocation}")
+            reader.add_match(b"_SYSTEMD_UNIT=" + unit_raw)
             reader.seek_head()
             batch = self._batch or python_batch
             while len(lines) < limit:
@@ -553,7 +555,7 @@ class JournalSource:
         """Acknowledge an inotify wake-up (rotation, new files, appends)."""
         self._walked.settle()
         change = self.reader.process()
-        if change == journal.INVALIDATE:  # files added or removed: a vacuum may have taken unread entries
+        if change == INVALIDATE:  # files added or removed: a vacuum may have taken unread entries
             self._invalidated = True
         return change
 
