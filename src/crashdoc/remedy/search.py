@@ -15,15 +15,18 @@ import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TYPE_CHECKING
 
 from crashdoc.events import FlagChange
 from crashdoc.remedy import conditions
 from crashdoc.remedy.argfacts import ArgFacts
 from crashdoc.remedy.candidates import Candidate, apply_values, candidates
-from crashdoc.remedy.checker import Answer, Request, SGLangChecker, child_environment
 from crashdoc.remedy.commandline import LaunchCommand, join_argv
 from crashdoc.remedy.failing import Current, Failure
 from crashdoc.remedy.rewrite import apply_changes, describe, is_environment
+
+if TYPE_CHECKING:  # the child processes' machinery (subprocess, tempfile, ...): imported when SGLang is asked
+    from crashdoc.remedy.checker import Answer, Request, SGLangChecker
 
 PER_FAILURE = 8  # candidates checked for one failure at a time
 FOLLOW = 3  # candidates that got further, searched on from, per level
@@ -88,6 +91,8 @@ def corrected(command: LaunchCommand, changes: Sequence[FlagChange]) -> LaunchCo
 
 
 def request_for(command: LaunchCommand, changes: Sequence[FlagChange]) -> Request:
+    from crashdoc.remedy.checker import Request
+
     after = corrected(command, changes)
     env = [(c.flag, c.value or "") for c in changes if is_environment(c.flag) and c.action != "remove"]
     unset = [c.flag for c in changes if is_environment(c.flag) and c.action == "remove"]
@@ -246,6 +251,8 @@ def _searched(
     understand: Understand | None,
     started: float,
 ) -> SearchResult:
+    from crashdoc.remedy.checker import SGLangChecker, child_environment
+
     deadline = started + budget.seconds
     tried: list[str] = []
     seen: set[tuple[object, ...]] = set()

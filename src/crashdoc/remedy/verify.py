@@ -10,13 +10,16 @@ from __future__ import annotations
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from crashdoc.events import FlagChange
 from crashdoc.redact import redact
-from crashdoc.remedy.checker import Answer, Request, SGLangChecker, child_environment
 from crashdoc.remedy.commandline import Reader, find_launch_command, read_text_file
 from crashdoc.remedy.interpreter import interpreter_of, unsafe_to_run
 from crashdoc.remedy.rewrite import apply_changes, is_environment
+
+if TYPE_CHECKING:  # the child processes' machinery (subprocess, tempfile, ...) is imported when one is run
+    from crashdoc.remedy.checker import Answer
 
 TIMEOUT = 90.0
 
@@ -36,6 +39,8 @@ def verify_argv(
 ) -> Verification:
     """Run SGLang's argument checks on `args` with `interpreter`, in a child process working in a throw-away
     folder (whatever it writes there is removed)."""
+    from crashdoc.remedy.checker import Request, SGLangChecker
+
     with SGLangChecker(interpreter, env, parallel=1, timeout=timeout, start_timeout=timeout) as checker:
         [answer] = checker.check([Request(tuple(args))], deadline=time.monotonic() + timeout)
     return describe(answer, interpreter)
@@ -104,5 +109,7 @@ def verify_fix(
             "not-verified",
             f"not verified: the command passes {', '.join(after.expansions)}, which only the shell expands",
         )
+    from crashdoc.remedy.checker import child_environment
+
     result = verify_argv(interpreter, after.sglang_args, env=child_environment(after.environment), timeout=timeout)
     return Verification(result.status, redact(result.text))
