@@ -194,11 +194,15 @@ class RemedyStage:
         todo = {check_key(d): d for d in applied if self.wants_check(d) and (check or self.searches(d))}
         if not todo:
             return applied
-        from concurrent.futures import ThreadPoolExecutor
+        if check and any(d.target is not None and d.target.exec_start for d in todo.values()):
+            from concurrent.futures import ThreadPoolExecutor
 
-        with ThreadPoolExecutor(max_workers=PARALLEL if check else 1) as pool:
-            futures = {key: pool.submit(self.check, d, run=check) for key, d in todo.items()}
-            said = {key: future.result() for key, future in futures.items()}
+            with ThreadPoolExecutor(max_workers=PARALLEL) as pool:  # SGLang's checks run in child processes
+                futures = {key: pool.submit(self.check, d, run=check) for key, d in todo.items()}
+                said = {key: future.result() for key, future in futures.items()}
+        else:  # no unit's ExecStart (copied journal files, no D-Bus) or --no-verify: no SGLang is run, only Python
+            # (concurrent.futures imports logging, threading, queue: ~4 ms for threads that would take turns)
+            said = {key: self.check(d, run=check) for key, d in todo.items()}
         return [_checked(d, said[check_key(d)]) if check_key(d) in said else d for d in applied]
 
     def remedy_pasted(self, diagnoses: Sequence[Diagnosis], pasted: Pasted) -> list[Diagnosis]:
