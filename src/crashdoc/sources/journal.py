@@ -41,7 +41,7 @@ from crashdoc.sources.journal_batch import (
     process_line,
     python_batch,
 )
-from crashdoc.sources.journal_files import JournalFiles, unreadable_journal_files
+from crashdoc.sources.journal_files import JournalFiles, realtime_usec, unreadable_journal_files
 from crashdoc.sources.journal_pages import MappedPages, release_journal_pages
 from crashdoc.sources.journal_records import coredump_record, optional_raw, pid1_record
 from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
@@ -303,10 +303,7 @@ class JournalSource:
         self.reader._previous()  # libsystemd needs a step to settle on the tail
 
     def seek_since(self, when: datetime | float) -> None:
-        if isinstance(when, int | float):
-            when = datetime.fromtimestamp(when)
-        # microseconds as systemd.journal.Reader.seek_realtime computes them from a datetime (the C reader takes them)
-        usec = int(float(when.astimezone().strftime("%s.%f")) * 1000000)
+        usec = realtime_usec(when)
         self._walked.settle()
         self.reader.seek_realtime(usec)
         self._place = partial(self.reader.seek_realtime, usec)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 # systemd-python's C reader itself: its Python subclass `systemd.journal.Reader` adds converters crashdoc never
@@ -24,6 +25,14 @@ def open_reader(directory: str | None = None, files: Sequence[str] = ()) -> _Rea
     if files:
         return _Reader(0, None, list(files))
     return _Reader(0, directory) if directory else _Reader(LOCAL_ONLY)
+
+
+def realtime_usec(when: datetime | float) -> int:
+    """A time (epoch seconds, or a local datetime) as the C reader's `seek_realtime` takes it: microseconds, as
+    `systemd.journal.Reader.seek_realtime` computes them from the datetime (the same entry found)."""
+    if isinstance(when, int | float):
+        when = datetime.fromtimestamp(when)
+    return int(float(when.astimezone().strftime("%s.%f")) * 1000000)
 
 
 @dataclass(frozen=True, slots=True)
