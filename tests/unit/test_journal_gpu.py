@@ -9,6 +9,8 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 from crashdoc.cli import main
@@ -216,3 +218,30 @@ def test_each_xid_is_counted_under_the_unit_whose_process_it_names_when_all_come
         ("7", "48", ""): 1,  # a GPU the unit does not use
         ("6", "13", UNIT): 4,  # TP3's own, two a run
     }
+
+
+def test_the_kernel_gpu_reader_is_imported_with_the_first_driver_line(tmp_path: Path) -> None:
+    """Asked for GPU events, the source imports the kernel's GPU reader (its patterns and the GPU records, ~7 ms
+    of `diagnose`) at the first kernel line the driver may have written: a journal with other kernel lines only
+    never loads it; one with an Xid does, and gives its event."""
+    code = (
+        "import json, sys\n"
+        "from crashdoc.events import WatchRule\n"
+        "from crashdoc.sources.journal import JournalSource, UnitFilter\n"
+        "source = JournalSource(UnitFilter([WatchRule('sglang*.service')]), files=[sys.argv[1]])\n"
+        "source.read_gpu_events()\n"
+        "source.seek_head()\n"
+        "events = []\n"
+        "while not source.at_end:\n"
+        "    events += source.read(100)\n"
+        "kinds = sorted({type(e).__name__ for e in events})\n"
+        "print(json.dumps([kinds, 'crashdoc.sources.kernel_gpu' in sys.modules]))"
+    )
+    usb = kernel("usb 1-1: new high-speed USB device number 2 using xhci_hcd", T0)
+    plain = write_journal(tmp_path, [line("Decode batch", unit=UNIT), usb], name="plain.journal")
+    driver = write_journal(tmp_path, [line("Decode batch", unit=UNIT), usb, kernel(FAMILY_LINES[48], T0 + 1)])
+    said = []
+    for path in (plain, driver):
+        out = subprocess.run([sys.executable, "-c", code, str(path)], capture_output=True, text=True, check=True)
+        said.append(json.loads(out.stdout))
+    assert said == [[["LogLine"], False], [["GpuEvent", "LogLine"], True]]

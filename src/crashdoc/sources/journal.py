@@ -44,7 +44,7 @@ from crashdoc.sources.journal_batch import (
 from crashdoc.sources.journal_files import JournalFiles, realtime_usec, unreadable_journal_files
 from crashdoc.sources.journal_pages import MappedPages, release_journal_pages
 from crashdoc.sources.journal_records import coredump_record, optional_raw, pid1_record
-from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit
+from crashdoc.sources.lifecycle import COREDUMP_MESSAGE_ID, kernel_oom_unit, may_be_gpu_line
 from crashdoc.text import terminal_safe
 
 if TYPE_CHECKING:
@@ -163,8 +163,8 @@ class JournalSource:
         self._names: set[bytes] = set()  # the watched units' names the reader matches
         self._invalidated = False  # journal files were added or removed since the last read
         self._gone_taken = 0
-        # the NVIDIA driver's kernel lines (Xid, SXid, fallen off the bus), read when asked (`read_gpu_events`)
-        self._gpu_lines: KernelGpuReader | None = None
+        self._gpu_asked = False  # the NVIDIA driver's kernel lines (Xid, SXid, fallen off the bus): `read_gpu_events`
+        self._gpu_lines: KernelGpuReader | None = None  # their reader, made at the first one
         self.driver_loaded = False  # a GPU event said the NVIDIA driver loaded: the host's GPUs may have changed
         self._batch: BatchReader | None = None
         # the C reader: read() walks the next batch while the caller works, to the journal's end (`diagnose`), or
@@ -282,11 +282,8 @@ class JournalSource:
 
     def read_gpu_events(self) -> None:
         """Also hand out the kernel's GPU fault lines as `GpuEvent`s, in order among the other events (`read`).
-        Kernel lines only: a unit printing "NVRM: Xid" is no kernel."""
-        if self._gpu_lines is None:
-            from crashdoc.sources.kernel_gpu import KernelGpuReader  # its patterns are compiled only when asked
-
-            self._gpu_lines = KernelGpuReader()
+        Kernel lines only: a unit printing "NVRM: Xid" is no kernel. Their reader (~7 ms of imports) comes with one."""
+        self._gpu_asked = True
 
     # --- positioning ---------------------------------------------------------------------
 
@@ -485,7 +482,11 @@ class JournalSource:
             message = get("MESSAGE")
         except KeyError:
             return None
-        if self._gpu_lines is not None and self._gpu_lines.wants(message):
+        if self._gpu_asked and may_be_gpu_line(message):
+            if self._gpu_lines is None:
+                from crashdoc.sources.kernel_gpu import KernelGpuReader
+
+                self._gpu_lines = KernelGpuReader()
             text = terminal_safe(message[:MAX_MESSAGE_CHARS].decode("utf-8", "replace"))
             found = self._gpu_lines.feed(text, realtime() / 1e6)  # a record may hold none, one or several
             if events is not None:

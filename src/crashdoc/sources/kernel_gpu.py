@@ -29,6 +29,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 
 from crashdoc.events import GpuEvent
+from crashdoc.sources.lifecycle import may_be_gpu_line as may_be_gpu_line  # the test before this reader (journal.py)
 
 MAX_TEXT = 600  # a kernel line kept in an event (the driver's lines are short; a forged one is cut)
 _PENDING_LINES = 4  # "The NVIDIA GPU X" waits this many NVRM lines for "fallen off the bus"
@@ -73,22 +74,12 @@ def normalize_bus_id(raw: str) -> str:
     return f"{domain}:{bus.rjust(2, '0')}:{device.rjust(2, '0')}.{function if dot and function else '0'}"
 
 
-def may_be_gpu_line(message: bytes) -> bool:
-    """The cheap test the journal source runs on every kernel entry before decoding it."""
-    return b"NVRM" in message or b"SXid" in message
-
-
 @dataclass(slots=True)
 class KernelGpuReader:
     """Reads one stream of kernel lines, in order, into GpuEvents."""
 
     _uuids: dict[str, str] = field(default_factory=dict)  # bus id -> GPU UUID the driver named
     _pending: tuple[str, float, float | None, int, list[str]] | None = None  # "The NVIDIA GPU X" awaiting its end
-
-    @staticmethod
-    def wants(message: bytes) -> bool:
-        """The cheap test run on every kernel record before it is decoded."""
-        return may_be_gpu_line(message)
 
     def feed(self, message: str, timestamp: float = 0.0, uptime: float | None = None) -> list[GpuEvent]:
         """Events in one kernel record (a record may hold several lines, as the driver printed them)."""

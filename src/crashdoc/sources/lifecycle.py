@@ -121,3 +121,9 @@ def kernel_oom_unit(message: str) -> str | None:
         if part.endswith((".service", ".scope")):
             return part
     return None
+
+
+def may_be_gpu_line(message: bytes) -> bool:
+    """The cheap test the journal source runs on every kernel entry before decoding it (`sources.kernel_gpu`
+    reads the lines it lets through; imported only once one comes)."""
+    return b"NVRM" in message or b"SXid" in message
