@@ -11,10 +11,13 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from crashdoc.events import HostGpus, UnitDevices, UnitState
-from crashdoc.sources.nvidia_gpus import read_gpu_map
 from crashdoc.sources.units import environment_file_entries
+
+if TYPE_CHECKING:  # the GPU records and the driver's reader: imported where a fact is made (journal files copied
+    # from another host read none: `diagnose` of them imports neither, ~5 ms)
+    from crashdoc.events import HostGpus, UnitDevices, UnitState
 
 VISIBLE = "CUDA_VISIBLE_DEVICES"
 MAX_UNITS = 4096  # units whose last fact is remembered (a hostile bus cannot grow it without bound)
@@ -37,6 +40,9 @@ class GpuFactsReader:
         """The host's GPUs now; None when none are to be read (journal files of another host)."""
         if self.folder is None:
             return None
+        from crashdoc.events import HostGpus
+        from crashdoc.sources.nvidia_gpus import read_gpu_map
+
         return HostGpus(read_gpu_map(folder=self.folder), str(self.folder))
 
     def for_state(self, state: UnitState) -> UnitDevices | None:
@@ -49,6 +55,8 @@ class GpuFactsReader:
         if len(self._given) >= MAX_UNITS:
             self._given.clear()
         self._given[state.unit] = (visible, where)
+        from crashdoc.events import UnitDevices
+
         return UnitDevices(state.unit, visible, where)
 
 
