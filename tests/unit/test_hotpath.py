@@ -263,6 +263,27 @@ def test_release_journal_pages_drops_them_from_rss_and_reading_goes_on(tmp_path)
     assert r._next() and r._get("MESSAGE") == messages[0]
 
 
+def test_the_pages_bound_releases_once_caught_up_unless_the_reader_ends_there(monkeypatch) -> None:
+    """The daemon gives its journal pages back once caught up (it lives on); `diagnose` (`once`: no bound of its own
+    once caught up) leaves them to the process's end, and releases only past its looser bound while reading."""
+    from crashdoc.sources import journal_pages
+
+    mapped, released = [10 << 20], []
+    monkeypatch.setattr(journal_pages, "mapped_bytes", lambda: mapped[0])
+    monkeypatch.setattr(journal_pages, "release_journal_pages", lambda: released.append(mapped[0]) or 0)
+    daemon, once = journal_pages.MappedPages(2 << 20, 1 << 19), journal_pages.MappedPages(64 << 20, None)
+    mapped[0] += 1 << 20  # 1 MB read since
+    for pages in (daemon, once):
+        pages.bound(caught_up=False)
+    assert released == []
+    daemon.bound(caught_up=True)
+    once.bound(caught_up=True)
+    assert released == [11 << 20]  # the daemon's release alone
+    mapped[0] += 64 << 20
+    once.bound(caught_up=True)
+    assert released == [11 << 20, 75 << 20]  # past its own bound, `once` releases too
+
+
 def test_the_c_batch_reader_returns_exactly_what_read_returns(tmp_path, monkeypatch) -> None:
     """`diagnose`'s C batch reader (sources/fastread.c) against `read()`'s systemd-python loop, on a
     generated journal with crashes plus the entries it must leave to Python or get right: PID 1's

@@ -18,9 +18,10 @@ _PAGE = os.sysconf("SC_PAGE_SIZE")
 
 class MappedPages:
     """The bound on the pages reading maps: `above` bytes more than after the last release (a flood of
-    48K lines maps far more per entry than a journal of short lines), `caught_up_above` once caught up."""
+    48K lines maps far more per entry than a journal of short lines), `caught_up_above` once caught up (None: the
+    same bound, for a reader that ends there: its pages go with its process)."""
 
-    def __init__(self, above: int, caught_up_above: int) -> None:
+    def __init__(self, above: int, caught_up_above: int | None) -> None:
         self.above = above
         self.caught_up_above = caught_up_above
         self.after_release = mapped_bytes()  # file-backed resident bytes after the last release
@@ -34,7 +35,7 @@ class MappedPages:
         """Release once reading mapped more than the bound since the last release; once caught up, release
         whatever was mapped."""
         grown = mapped_bytes() - self.after_release
-        if grown > self.above or (caught_up and grown > self.caught_up_above):
+        if grown > self.above or (caught_up and self.caught_up_above is not None and grown > self.caught_up_above):
             self.release()
 
 
