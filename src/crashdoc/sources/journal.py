@@ -36,6 +36,7 @@ from crashdoc.sources.journal_batch import (
     MAX_MESSAGE_CHARS,
     STOPPED,
     Processes,
+    ReadStats,
     line_of,
     message_text,
     process_line,
@@ -116,17 +117,6 @@ class UnitFilter:
             self._cache.clear()
         self._cache[unit] = role
         return role
-
-
-@dataclass(slots=True)
-class ReadStats:
-    entries: int = 0  # entries read (the reader's matches let only what crashdoc reads through)
-    lines: int = 0  # lines of watched units returned
-    lifecycle: int = 0
-    errors: int = 0  # entries that could not be read (corruption, I/O)
-    gone: int = 0  # entries gone before they could be read (rotated away and vacuumed)
-    last_error: str = ""
-    last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
 Event: TypeAlias = "LogLine | LifecycleRecord | GpuEvent"  # a GPU fault's record is imported with the kernel's reader

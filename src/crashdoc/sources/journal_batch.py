@@ -1,5 +1,6 @@
 """Journal entries to lines, a batch at a time: the one definition of a journal line (`line_of`,
-`message_text`), the templates of the processes already seen, and systemd-python's batch reader.
+`message_text`), the templates of the processes already seen, systemd-python's batch reader, and what reading
+counts (`ReadStats`).
 
 The C batch reader (sources/fastread.c) follows the same contract as `python_batch` and calls `line_of`
 and `message_text` for every line, so a change to the line type reaches both readers.
@@ -9,6 +10,7 @@ from __future__ import annotations
 
 import errno
 from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 from crashdoc.events import LogLine
@@ -32,6 +34,17 @@ def line_of(template: LogLine, text: str, timestamp: float) -> LogLine:
     `Processes.template`), the text and time from the entry. The one definition of a journal
     line: both batch readers call it for every line, fastread.c included."""
     return LogLine(template.unit, template.pid, text, timestamp, template.invocation)
+
+
+@dataclass(slots=True)
+class ReadStats:
+    entries: int = 0  # entries read (the reader's matches let only what crashdoc reads through)
+    lines: int = 0  # lines of watched units returned
+    lifecycle: int = 0
+    errors: int = 0  # entries that could not be read (corruption, I/O)
+    gone: int = 0  # entries gone before they could be read (rotated away and vacuumed)
+    last_error: str = ""
+    last_timestamp: float = 0.0  # realtime of the newest entry read, or passed once caught up
 
 
 class Processes(dict[tuple[bytes, bytes], LogLine]):
