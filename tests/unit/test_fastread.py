@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -195,3 +196,27 @@ def test_a_time_places_the_reader_where_systemd_pythons_reader_places_it(tmp_pat
             while not source.at_end:
                 got += source.read(20)
             assert [e.text for e in got if isinstance(e, LogLine)] == expected, (since, build)
+
+
+def test_walking_says_whether_a_read_now_would_wait_for_the_walk(tmp_path: Path) -> None:
+    """`diagnose` prepares its remedy stage while the next batch is walked: `walking()` is True only while a walk
+    runs (a read would wait for it), never without the C reader, and False once the journal's end is reached."""
+    unit = "sglang-decode.service"
+    write_journal(tmp_path, [line(f"Decode batch {i}", pid="100", unit=unit) for i in range(3_000)])
+    units = UnitFilter((WatchRule("sglang*.service"),))
+    plain = JournalSource(units, directory=str(tmp_path), once=True)
+    plain.seek_head()
+    assert not plain.walking() and plain.read(100) and not plain.walking()
+    source = JournalSource(units, directory=str(tmp_path), once=True, build_dir=tmp_path / "build")
+    if source._ahead is None:
+        pytest.skip(f"the C batch reader cannot be built here: {source.fast_reader}")
+    source.seek_head()
+    got = source.read(1_000)
+    while not source.at_end:
+        deadline = time.monotonic() + 30
+        while source.walking():  # the walk of the next batch, started by the read, ends by itself
+            assert time.monotonic() < deadline, "the walk did not end"
+            time.sleep(0.001)
+        got += source.read(1_000)
+    assert not source.walking()
+    assert [e.text for e in got if isinstance(e, LogLine)] == [f"Decode batch {i}" for i in range(3_000)]

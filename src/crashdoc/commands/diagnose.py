@@ -158,8 +158,12 @@ def main(args: argparse.Namespace) -> int:
             if state is not None:
                 devices = gpu_facts.for_state(state)  # its CUDA_VISIBLE_DEVICES
                 feed(engine, [*([devices] if devices is not None else []), *launches.prepare([state])])
+    stage = RemedyStage(derived=derived)  # the fixes applied to the units' commands, after the engine
+    preparing = stage.preparation()
     while True:
         feed(engine, launches.prepare(source.read(BATCH)))
+        while source.walking() and next(preparing, False):  # what the stage needs, while the next batch is walked
+            pass
         if source.driver_loaded:  # the NVIDIA driver loaded again (a reboot in the journal): its GPUs as now
             source.driver_loaded = False
             host = gpu_facts.host()
@@ -203,7 +207,6 @@ def main(args: argparse.Namespace) -> int:
     if nothing:
         return _nothing_read(problems, args.json)
     # the fixes applied to the units' commands, and each corrected command checked by the unit's own SGLang
-    stage = RemedyStage(derived=derived)
     diagnoses = stage.remedy_all(engine.diagnoses(wanted), check=not getattr(args, "no_verify", False))
     warnings = stage.remedy_all(engine.warnings(wanted), check=False)
     if source.stats.errors:

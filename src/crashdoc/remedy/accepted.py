@@ -239,6 +239,13 @@ class FixSearch:
             self._facts = load_shipped()
         return self._facts
 
+    def prepare(self) -> None:
+        """Read now the derived signatures' index a search matches with, when this search reads its own copy
+        (`_derived`; a library the matcher shares is left to the matcher)."""
+        derived = self._derived()
+        if derived is not None and self._own is not None and derived is self._own[1]:
+            len(derived)  # reads its index
+
     def search(
         self,
         d: Diagnosis,

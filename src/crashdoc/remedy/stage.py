@@ -19,7 +19,7 @@ runs it on worker threads (`runtime.remedies`), never under its lock, and publis
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -38,6 +38,8 @@ PARALLEL = 4  # `diagnose`: SGLang checks at once (each child spends seconds imp
 NOT_ASKED = "not asked to (--no-verify)"  # why no SGLang judged a fix `diagnose --no-verify` ranked
 NO_COMMAND = "the unit's command line is unknown here (no D-Bus); apply the change by hand"
 CheckKey = tuple[object, ...]
+# what `remedy_all` imports for a diagnosis with a fix (`preparation` imports them ahead)
+PREPARED = ("crashdoc.remedy.fix", "crashdoc.remedy.search", "crashdoc.remedy.accepted", "crashdoc.remedy.verify")
 
 
 class RemedyStage:
@@ -170,6 +172,21 @@ class RemedyStage:
 
             self._search = FixSearch(derived=self._derived, budget=self._budget or DEFAULT_BUDGET)
         return self._search
+
+    def preparation(self) -> Iterator[bool]:
+        """`diagnose`: what `remedy_all` needs first, one step of a few ms at a time (its modules, every release's
+        argument facts, the derived signatures' index a search reads), for the caller to run while it would
+        otherwise wait for the journal's walk; what is left is done where it is needed. The same modules and data,
+        read earlier: nothing that comes out changes."""
+        import importlib
+
+        for name in PREPARED:
+            importlib.import_module(name)
+            yield True
+        self.fix_search.facts.releases  # noqa: B018 (reads the facts' rows)
+        yield True
+        self.fix_search.prepare()
+        yield True
 
     def release_search(self) -> None:
         """Forget the fix search and what it loaded (every release's argument facts, a release's checks): the

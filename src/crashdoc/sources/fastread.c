@@ -533,6 +533,16 @@ int crashdoc_ahead_join(void *state) {
     return 1;
 }
 
+/* 1 while the worker walks (its batch not walked yet): the caller's work meanwhile waits for nothing */
+int crashdoc_ahead_walking(void *state) {
+    Ahead *a = state;
+    if (!a->running) return 0;
+    pthread_mutex_lock(&a->lock); /* the worker holds it only between two walks */
+    int walking = a->job != NULL;
+    pthread_mutex_unlock(&a->lock);
+    return walking;
+}
+
 /* where the reader was when the running walk started: (cursor, realtime usec) of the last entry handed out,
  * or None when no walk runs (the reader itself says) */
 PyObject *crashdoc_ahead_position(void *state) {

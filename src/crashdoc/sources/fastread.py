@@ -85,6 +85,8 @@ class ReadAhead:
         new.restype = ctypes.c_void_p
         self._read, self._position = lib.crashdoc_read_ahead, lib.crashdoc_ahead_position
         self._drop = lib.crashdoc_ahead_drop
+        self._walking = lib.crashdoc_ahead_walking
+        self._walking.argtypes, self._walking.restype = (ctypes.c_void_p,), ctypes.c_int
         self._read.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_long, *(ctypes.py_object,) * 2)
         self._read.argtypes += (ctypes.c_long, *(ctypes.py_object,) * 3)
         self._read.restype = ctypes.py_object
@@ -122,6 +124,10 @@ class ReadAhead:
         self._reader = reader
         self._set(self._state, self.names, self.other_entry)
         self._start(reader, self._state, limit, stop, processes, max_bytes, int(placed))
+
+    def walking(self) -> bool:
+        """Whether the worker is still walking the next batch (a read now would wait for it)."""
+        return bool(self._walking(self._state))
 
     def position(self) -> tuple[str, float] | None:
         """(cursor, realtime in seconds) of the last entry handed out while a walk runs past it; else None."""

@@ -426,6 +426,10 @@ class JournalSource:
             placed = self._place is not None  # on no entry yet: a walk dropped before any read places it again
             self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS, placed)
 
+    def walking(self) -> bool:
+        """A walk reads ahead now (`diagnose`): what the caller does meanwhile, the next read() does not wait for."""
+        return self._ahead is not None and not self._following and self._ahead.walking()
+
     def _count_vacuumed(self) -> None:
         """Journal files went away (a vacuum) while reading was behind: count the entries after the
         position that went with them. Caught up, the reader had passed everything the files held
