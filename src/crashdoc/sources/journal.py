@@ -170,6 +170,7 @@ class JournalSource:
         # how the reader was placed, while it stands on no entry (a walk from there is dropped by placing it again)
         self._place: Callable[[], None] | None = self.reader.seek_head
         self._walked = WalkedEntries(self, self._ahead)
+        self.walking = self._walked.walking  # a walk reads ahead now: the caller's work meanwhile is not waited for
         self._names |= self._journal_names()
         self._match()
         self._pages.release()  # looking the names up mapped a window of every file
@@ -426,10 +427,6 @@ class JournalSource:
             placed = self._place is not None  # on no entry yet: a walk dropped before any read places it again
             self._ahead.start(self.reader, limit, _STOP_BATCH, self._processes, MAX_MESSAGE_CHARS, placed)
 
-    def walking(self) -> bool:
-        """A walk reads ahead now (`diagnose`): what the caller does meanwhile, the next read() does not wait for."""
-        return self._ahead is not None and not self._following and self._ahead.walking()
-
     def _count_vacuumed(self) -> None:
         """Journal files went away (a vacuum) while reading was behind: count the entries after the
         position that went with them. Caught up, the reader had passed everything the files held
@@ -575,6 +572,10 @@ class WalkedEntries:
         self.source, self.ahead = source, ahead
         if ahead is not None:
             ahead.first_line, ahead.other_entry = self.first_line, self.other_entry
+
+    def walking(self) -> bool:
+        """A walk reads ahead now (`diagnose`): what the caller does meanwhile, the next read() does not wait for."""
+        return self.ahead is not None and not self.source._following and self.ahead.walking()
 
     def settle(self) -> None:
         if self.ahead is not None:
