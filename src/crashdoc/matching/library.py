@@ -20,6 +20,7 @@ import re2
 
 from crashdoc.errors import ProblemsError
 from crashdoc.events import FlagChange
+from crashdoc.lean import blake2b
 from crashdoc.matching.cache import CompiledCache, Digest, file_stamp
 
 if TYPE_CHECKING:  # jsonschema and YAML are imported only when files are validated (not from the cache)
@@ -177,23 +178,19 @@ class FileCache:
         by_file: dict[str, list[Signature]] = {}
         for sig in library.signatures:
             by_file.setdefault(sig.origin.rsplit(":", 1)[0], []).append(sig)
-        import hashlib  # the daemon's reloads alone: a one-shot command never imports OpenSSL's
-
         for path in files:
             try:
                 raw = path.read_bytes()
             except OSError:
                 continue
-            self._files[str(path)] = (hashlib.blake2b(raw, digest_size=16).digest(), by_file.get(str(path), []))
+            self._files[str(path)] = (blake2b(raw, digest_size=16).digest(), by_file.get(str(path), []))
 
     def load(self, path: Path) -> tuple[list[Signature], list[Problem]]:
         try:
             raw = path.read_bytes()
         except OSError:
             return load_file(path)  # says why, with the file's name
-        import hashlib
-
-        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        digest = blake2b(raw, digest_size=16).digest()
         known = self._files.get(str(path))
         if known is not None and known[0] == digest:
             return known[1], []
@@ -225,7 +222,7 @@ def load_library(
         files = signature_files(paths)
         code = [Path(__file__), _SCHEMA_PATH]  # how files are validated and turned into signatures
         # the file's name only tells folder sets apart (the key inside decides): zlib's CRC spares importing
-        # hashlib (OpenSSL's, 3 ms) on every warm start
+        # a digest on every warm start
         name = f"library-{zlib.crc32(chr(0).join(map(str, paths)).encode()):08x}"
         library = compiled.load(
             f"{name}-matching" if matching_only else name,
