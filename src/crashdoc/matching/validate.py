@@ -10,7 +10,6 @@ the same words `load_bytes` gives in process (`tests/unit/test_library_validate.
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 from functools import cache
@@ -79,15 +78,12 @@ def apart(texts: dict[str, str]) -> dict[str, Found] | None:
     could not answer (the caller then validates in its own process)."""
     if not texts:
         return {}
-    package_root = str(Path(__file__).resolve().parents[2])
-    env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, (package_root, os.environ.get("PYTHONPATH"))))}
     try:
         done = subprocess.run(
-            [sys.executable, "-c", "from crashdoc.matching.validate import serve; serve()"],
-            input=json.dumps(texts).encode(),
+            [sys.executable, "-c", _CHILD],
+            input=json.dumps({"path": sys.path, "texts": texts}).encode(),  # this import path: this crashdoc
             capture_output=True,
             timeout=CHILD_TIMEOUT,
-            env=env,
             check=True,
         )
         answer = json.loads(done.stdout)
@@ -96,9 +92,16 @@ def apart(texts: dict[str, str]) -> dict[str, Found] | None:
         return None
 
 
-def serve() -> None:
-    """The child: file texts by name on standard input (JSON), their schema errors on standard output."""
-    texts = json.loads(sys.stdin.buffer.read())
+_CHILD = """import json, sys
+asked = json.loads(sys.stdin.buffer.read())
+sys.path[:] = asked["path"]
+from crashdoc.matching.validate import serve
+serve(asked["texts"])
+"""
+
+
+def serve(texts: dict[str, str]) -> None:
+    """The child: the files' schema errors, as JSON on standard output."""
     found = _checked(texts)
     sys.stdout.write(json.dumps({name: [[list(path), message] for path, message in f] for name, f in found.items()}))
     sys.stdout.flush()
