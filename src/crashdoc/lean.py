@@ -14,10 +14,8 @@
 
 from __future__ import annotations
 
-import importlib
-import importlib.util
+import _thread
 import sys
-import threading
 import types
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -65,11 +63,13 @@ class _AtFirstUse(types.ModuleType):
     either). Not `importlib.util.LazyLoader`: Python 3.11's `import` reads the module's `__spec__`, which runs a
     LazyLoader's module at the very `import ssl` it was meant to defer."""
 
-    _lock = threading.Lock()
+    _lock = _thread.allocate_lock()  # (not threading's: `explain` imports this module and no threading)
 
     def __getattr__(self, name: str) -> Any:
         with self._lock:
             if sys.modules.get(self.__name__) is self:
+                import importlib
+
                 del sys.modules[self.__name__]
                 try:
                     real = importlib.import_module(self.__name__)
@@ -85,6 +85,8 @@ def ssl_at_first_use() -> None:
     (`http.client`'s, `urllib.request`'s) costs nothing until HTTPS is used. An `ssl` already imported stays."""
     if "ssl" in sys.modules:
         return
+    import importlib.util
+
     spec = importlib.util.find_spec("ssl")
     if spec is None:
         return
@@ -101,6 +103,8 @@ def package_modules(package: str) -> Iterator[None]:
     if package in sys.modules:
         yield
         return
+    import importlib.util
+
     spec = importlib.util.find_spec(package)
     if spec is None or not spec.submodule_search_locations:
         raise ImportError(f"No module named {package!r}")

@@ -10,7 +10,6 @@ the same words `load_bytes` gives in process (`tests/unit/test_library_validate.
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from functools import cache
 from pathlib import Path
@@ -78,6 +77,8 @@ def apart(texts: dict[str, str]) -> dict[str, Found] | None:
     could not answer (the caller then validates in its own process)."""
     if not texts:
         return {}
+    import subprocess  # the daemon's alone: a one-shot command validates in process
+
     try:
         done = subprocess.run(
             [sys.executable, "-c", _CHILD],
