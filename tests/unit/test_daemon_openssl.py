@@ -7,7 +7,6 @@ from __future__ import annotations
 import hashlib
 import json
 import math
-import socket
 import subprocess
 import threading
 import urllib.request
@@ -29,7 +28,7 @@ from systemd.journal import Reader as journal_reader
 
 from crashdoc import lean
 from crashdoc.outputs import promtext
-from support.e2e import CRASHDOC
+from support.e2e import CRASHDOC, free_port
 from support.journal_files import JOURNAL_REMOTE, crash_loop_entries, write_journal
 
 
@@ -71,12 +70,6 @@ def test_the_metrics_text_is_prometheus_clients() -> None:
     assert promtext.text(registry) == generate_latest(registry)
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
-
-
 @pytest.mark.skipif(JOURNAL_REMOTE is None, reason="systemd-journal-remote is missing")
 def test_a_daemon_without_tls_maps_no_openssl_and_serves_its_metrics(tmp_path: Path) -> None:
     journal = tmp_path / "journal"
@@ -94,7 +87,7 @@ def test_a_daemon_without_tls_maps_no_openssl_and_serves_its_metrics(tmp_path: P
     cursor = reader._get_cursor()  # saved by a daemon that stopped before the loop: it reads the loop at its start
     reader.close()
     (state / "state.json").write_text(json.dumps({"version": 1, "cursor": cursor, "saved_at": 0, "data": {}}))
-    port = _free_port()
+    port = free_port()
     argv = [*CRASHDOC, "run", "--config", str(config), "--directory", str(journal)]
     argv += ["--state-directory", str(state), "--listen", f"127.0.0.1:{port}"]
     proc = subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)

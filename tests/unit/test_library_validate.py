@@ -12,20 +12,10 @@ import pytest
 
 from crashdoc.matching import validate
 from crashdoc.matching.library import FileCache, LibraryError, load_library
+from support.signature_texts import EXTRA
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "signatures"
-GOOD = """signatures:
-  - id: test-extra-error
-    title: An error added by a live edit
-    category: other
-    severity: critical
-    match: {exception: [KeyError], message: 'glm_moe_dsa'}
-    fix: {summary: upgrade transformers}
-    runbook: "Why it happens: x. How to confirm: y. Safe fix: upgrade. Roll back: downgrade it again."
-    examples:
-      match:
-        - text: "KeyError: 'glm_moe_dsa'"
-"""
+GOOD = EXTRA
 BROKEN = {
     "unknown-key.yaml": GOOD.replace("    severity: critical\n", "    severity: critical\n    colour: red\n"),
     "missing.yaml": GOOD.replace("    title: An error added by a live edit\n", "").replace("test-extra", "test-miss"),
