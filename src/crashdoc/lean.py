@@ -91,7 +91,9 @@ def ssl_at_first_use() -> None:
     if spec is None:
         return
     stand_in = _AtFirstUse("ssl")
-    stand_in.__spec__ = spec
+    # what tools read of every module in sys.modules (`inspect.getmodule` reads `__file__`) answers without a load
+    stand_in.__spec__, stand_in.__loader__, stand_in.__file__ = spec, spec.loader, spec.origin
+    stand_in.__package__ = spec.parent
     sys.modules["ssl"] = stand_in
 
 

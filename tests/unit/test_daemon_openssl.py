@@ -8,6 +8,7 @@ import hashlib
 import json
 import math
 import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -113,3 +114,20 @@ def test_a_daemon_without_tls_maps_no_openssl_and_serves_its_metrics(tmp_path: P
     assert content_type == "text/plain; version=0.0.4; charset=utf-8"
     assert "# TYPE crashdoc_crashes_total counter\n" in metrics and "crashdoc_build_info{" in metrics
     assert "libcrypto" not in maps and "libssl" not in maps and "_hashlib" not in maps
+
+
+_SSL_CHILD = """
+import sys
+from crashdoc.lean import ssl_at_first_use
+ssl_at_first_use()
+import http.client, http.server, urllib.request
+before = "_ssl" in sys.modules
+import ssl
+context = http.client.HTTPSConnection("localhost", 1)._context  # HTTPS as it was: a default context, verifying
+print(before, "_ssl" in sys.modules, http.client.ssl.SSLError is ssl.SSLError, context.verify_mode == ssl.CERT_REQUIRED)
+"""
+
+
+def test_ssl_is_run_at_its_first_use_and_is_then_the_one_module() -> None:
+    said = subprocess.run([sys.executable, "-c", _SSL_CHILD], capture_output=True, text=True, check=True, timeout=60)
+    assert said.stdout.split() == ["False", "True", "True", "True"], said
