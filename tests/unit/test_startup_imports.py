@@ -47,7 +47,8 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.sources.journal",
     "crashdoc.authoring",
     "crashdoc.sandbox",
-    "crashdoc.matching.derived_store",  # the derived records: read at the first traceback no signature answers
+    "crashdoc.matching.derived",  # the derived signatures: read at the first traceback no signature answers
+    "crashdoc.matching.derived_store",
     "crashdoc.matching.derived_index",
     "shutil",  # with bz2 and lzma: argparse's help formatter and the spooling of standard input import it
     "hashlib",  # OpenSSL: the library cache's key is computed only when the cache is written

@@ -17,14 +17,14 @@ from crashdoc.diagnosis.engine import Engine, feed
 from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.errors import UsageError, UserError
 from crashdoc.events import Thresholds
-from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
-from crashdoc.matching.matcher import Matcher
+from crashdoc.matching.matcher import Matcher, shipped_derived
 
 if TYPE_CHECKING:
     from crashdoc.diagnosis.report import UnitContext
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.events import Diagnosis, Fix
+    from crashdoc.matching.derived import DerivedLibrary
     from crashdoc.sources.textinput import TextInput
 
 
@@ -69,6 +69,8 @@ def derived_setup(
 ) -> tuple[tuple[str, str] | None, DerivedLibrary]:
     """`--sglang-version` / `--sglang-source` -> (the release every diagnosis names, or None to read each unit's;
     the derived library to match with: the shipped one, plus the source's own when given)."""
+    from crashdoc.matching.derived import load_shipped
+
     release = release_option(version)
     shipped = load_shipped()
     if source is None:
@@ -131,7 +133,7 @@ def explain_text_with_warnings(
     from crashdoc.sources.textlog import ParsedText, parse_text
 
     source = text if isinstance(text, TextInput) else TextInput("-", text)
-    engine = build_engine(matcher or Matcher(library, load_shipped()), release=release, lone_lines=True)
+    engine = build_engine(matcher or Matcher(library, shipped_derived), release=release, lone_lines=True)
     gpu = None
     parsed: ParsedText | StreamedText
     if source.streamed():
@@ -171,7 +173,7 @@ def explain_texts(
     release: tuple[str, str] | None = None,
     derived: DerivedLibrary | None = None,
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
-    matcher = Matcher(library, derived if derived is not None else load_shipped())  # `or` would load it (len)
+    matcher = Matcher(library, derived if derived is not None else shipped_derived)  # `or` would load it (len)
     return [(name, *explain_text_with_warnings(text, library, matcher, release)) for name, text in sources]
 
 
@@ -215,7 +217,9 @@ def accepted_fixes(
     from crashdoc.remedy.accepted import pasted_launch
     from crashdoc.remedy.stage import RemedyStage
 
-    stage = RemedyStage(on_disk=False, derived=derived, interpreter=interpreter)
+    stage = RemedyStage(
+        on_disk=False, derived=derived if derived is not None else shipped_derived, interpreter=interpreter
+    )
     # the paste's text (the command above the log, its logged server_args); a large input read in blocks is
     # not kept whole (its memory stays bounded): its command comes from `--command` only
     texts = {name: source if isinstance(source, str) else source.text or "" for name, source in sources}

@@ -7,15 +7,18 @@ grows. Only the few patterns the set reports are run again, alone, for their cap
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import re2
 
 from crashdoc.assembly.markers import MARKERS
 from crashdoc.events import ExceptionInfo, Match, Traceback
-from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 from crashdoc.matching.library import Library, Signature
+
+if TYPE_CHECKING:
+    from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 
 _LITERAL_WEIGHT_CAP = 60
 _MARKER_LITERALS = tuple(literal for _, literal in MARKERS)  # after the line signatures in the scan set
@@ -153,12 +156,21 @@ class _PatternSet:
         return match(text.encode("utf-8")) or []
 
 
+def shipped_derived() -> DerivedLibrary:
+    """The package's derived signatures (`derived.load_shipped`), for a matcher to call at its first traceback no
+    reviewed signature answers: a log without one never imports them (the module, its records: ~3 ms of `explain`)."""
+    from crashdoc.matching.derived import load_shipped
+
+    return load_shipped()
+
+
 class Matcher:
     """Finds the signatures that recognise a traceback, a log line or an exit."""
 
-    def __init__(self, library: Library, derived: DerivedLibrary | None = None) -> None:
+    def __init__(self, library: Library, derived: DerivedLibrary | Callable[[], DerivedLibrary] | None = None) -> None:
         self.library = library
-        self.derived = derived  # answers only what no reviewed signature matches
+        # answers only what no reviewed signature matches; a callable (`shipped_derived`) is called when first needed
+        self.derived = derived
         self._traceback: list[_Compiled] = []
         self._by_type: list[_Compiled] = []  # exception-type-only signatures (no message pattern)
         self._line: list[_Compiled] = []
@@ -277,11 +289,12 @@ class Matcher:
 
     def match_derived(self, tb: Traceback, facts: Facts | None = None) -> DerivedMatch | None:
         """The derived signature for the exception finally raised (or one it was chained from)."""
-        if self.derived is None:
+        derived = self.derived_library()
+        if derived is None:
             return None
         release = facts.sglang_release if facts is not None and facts.sglang_release else None
         for exc in reversed(tb.chain):
-            found = self.derived.match(exc.message, exc.type, release)
+            found = derived.match(exc.message, exc.type, release)
             if found is not None:
                 return found
         return None
@@ -292,7 +305,15 @@ class Matcher:
         exc = ExceptionInfo(type="", message=text, line=text.split("\n", 1)[0])
         if self.match_exception(exc, Facts()):
             return True
-        return self.derived is not None and self.derived.match(text, "") is not None
+        derived = self.derived_library()
+        return derived is not None and derived.match(text, "") is not None
+
+    def derived_library(self) -> DerivedLibrary | None:
+        """The derived signatures, read (when given as a callable) at their first use."""
+        derived = self.derived
+        if callable(derived):
+            derived = self.derived = derived()  # one attribute: another thread sees the callable or the library
+        return derived
 
     # --- lines ---------------------------------------------------------------------------
 
