@@ -98,14 +98,20 @@ class _LazyRegex:
         return compiled.search(text)
 
 
-@dataclass(frozen=True, slots=True)
 class _Compiled:
-    """A signature with its message and frame patterns, compiled on first use."""
+    """A signature with its message and frame patterns, compiled on first use. A plain class: one per signature
+    is built with every matcher, and nothing compares, hashes or prints them (a frozen dataclass cost ~0.5 ms of
+    generated methods at import and an `object.__setattr__` per field at each build)."""
 
-    signature: Signature
-    message: _LazyRegex | None
-    frame: _LazyRegex | None
-    model: _LazyRegex | None
+    __slots__ = ("frame", "message", "model", "signature")
+
+    def __init__(
+        self, signature: Signature, message: _LazyRegex | None, frame: _LazyRegex | None, model: _LazyRegex | None
+    ) -> None:
+        self.signature = signature
+        self.message = message
+        self.frame = frame
+        self.model = model
 
     @property
     def specificity(self) -> int:
