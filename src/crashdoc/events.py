@@ -8,8 +8,7 @@ other. What the engine publishes about its own state (units, runs, its events) i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -23,13 +22,18 @@ if TYPE_CHECKING:
     from crashdoc.gpu_events import GpuMap as GpuMap
     from crashdoc.gpu_events import HostGpus as HostGpus
     from crashdoc.gpu_events import UnitDevices as UnitDevices
+    from crashdoc.unit_records import LaunchFacts as LaunchFacts
+    from crashdoc.unit_records import UnitState as UnitState
+    from crashdoc.unit_records import WatchRule as WatchRule
 
 # Records only some paths make, named here too and imported at their first use (issue 26: `explain` of one line):
 # a log without kernel lines never builds the GPU paths' classes (crashdoc.gpu_events), one without a failure
-# never builds a diagnosis's (crashdoc.diagnosis_records).
+# never builds a diagnosis's (crashdoc.diagnosis_records), a paste never builds a unit's state, launch facts or
+# watch rules (crashdoc.unit_records).
 _ELSEWHERE = {
     **dict.fromkeys(("GpuEvent", "GpuInfo", "GpuMap", "HostGpus", "UnitDevices"), "crashdoc.gpu_events"),
     **dict.fromkeys(("Diagnosis", "Fix", "FixTarget", "RootCause"), "crashdoc.diagnosis_records"),
+    **dict.fromkeys(("LaunchFacts", "UnitState", "WatchRule"), "crashdoc.unit_records"),
 }
 
 
@@ -69,14 +73,6 @@ ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
 
 # --- configuration shared by the layers ----------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WatchRule:
-    """Which units crashdoc watches (a name or a glob) and the role they play in a PD deployment."""
-
-    pattern: str  # unit name or glob
-    role: str = "any"
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,45 +129,6 @@ class LifecycleRecord:
     exit_status: str | None = None  # systemd's EXIT_STATUS: "1", "9", "KILL", ...
     result: str | None = None  # UNIT_RESULT / JOB_RESULT: exit-code, signal, oom-kill, start-limit-hit, ...
     message: str = ""
-
-
-@dataclass(slots=True)
-class UnitState:
-    """What D-Bus says about a unit right now."""
-
-    unit: str
-    active_state: str = ""
-    sub_state: str = ""
-    result: str = ""
-    n_restarts: int | None = None
-    exec_main_status: int | None = None
-    exec_main_code: int | None = None
-    invocation: str = ""
-    exec_start: tuple[str, ...] = ()  # the real argv of the first ExecStart=
-    fragment_path: str = ""
-    drop_in_paths: tuple[str, ...] = ()
-    environment_files: tuple[str, ...] = ()
-    numa_policy: str = ""  # NUMAPolicy=: bind, preferred, interleave, local, default ("": not set)
-    numa_mask: str = ""  # NUMAMask= as a Linux list ("0", "0-1")
-    cpu_affinity: str = ""  # CPUAffinity= as a Linux list ("0-31,64-95")
-    loaded: bool = True
-    active_enter_timestamp: float = 0.0  # when the current run became active (0: unknown)
-    timestamp: float = 0.0
-    # the GPU entries of Environment= (CUDA_VISIBLE_DEVICES=...), never the others: they may hold secrets
-    environment: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchFacts:
-    """What crashdoc read from disk about a command a unit runs: its SGLang flags (a launch script's
-    included) and the SGLang release its interpreter imports. The runtime reads them before the engine's
-    step and hands them in ahead of the event that needs them, so that the engine reads no file."""
-
-    unit: str
-    cmdline: tuple[str, ...]
-    flags: Mapping[str, str] = field(default_factory=dict)  # canonical names (`--tp` -> `--tp-size`)
-    sglang_release: str = ""  # "" when unknown
-    sglang_release_from: str = ""  # where it was read
 
 
 # --- assembly --------------------------------------------------------------------------

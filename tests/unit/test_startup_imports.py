@@ -39,6 +39,7 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.configchange",
     "crashdoc.gpu_events",
     "crashdoc.diagnosis_records",
+    "crashdoc.unit_records",  # a unit's D-Bus state, launch facts, watch rules: a paste has none
     "crashdoc.remedy",
     "crashdoc.runtime",
     "crashdoc.config",
@@ -86,18 +87,20 @@ def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None
 
 
 def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
-    """`crashdoc.events` names the GPU paths' records and a diagnosis's too, the same classes, imported at their
-    first use (a state pickled by crashdoc 0.1.0 names `crashdoc.events.Diagnosis`)."""
+    """`crashdoc.events` names the GPU paths' records, a diagnosis's and a unit's too, the same classes, imported at
+    their first use (a state pickled by crashdoc 0.1.0 names `crashdoc.events.Diagnosis`)."""
     code = (
         "import sys, crashdoc.events as e\n"
-        "before = [m in sys.modules for m in ('crashdoc.gpu_events', 'crashdoc.diagnosis_records')]\n"
-        "from crashdoc.events import Diagnosis, Fix, GpuEvent, HostGpus\n"
-        "import crashdoc.diagnosis_records as d, crashdoc.gpu_events as g\n"
+        "apart = ('crashdoc.gpu_events', 'crashdoc.diagnosis_records', 'crashdoc.unit_records')\n"
+        "before = [m in sys.modules for m in apart]\n"
+        "from crashdoc.events import Diagnosis, Fix, GpuEvent, HostGpus, LaunchFacts, UnitState, WatchRule\n"
+        "import crashdoc.diagnosis_records as d, crashdoc.gpu_events as g, crashdoc.unit_records as u\n"
         "same = GpuEvent is g.GpuEvent and HostGpus is g.HostGpus and Diagnosis is d.Diagnosis and Fix is d.Fix\n"
+        "same = same and UnitState is u.UnitState and LaunchFacts is u.LaunchFacts and WatchRule is u.WatchRule\n"
         "print(*before, same, hasattr(e, 'NoSuchRecord'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.split() == ["False", "False", "True", "False"]
+    assert out.stdout.split() == ["False", "False", "False", "True", "False"]
 
 
 def test_the_configuration_and_the_journal_source_import_no_alert_sender_or_gpu_records() -> None:

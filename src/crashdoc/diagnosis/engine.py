@@ -22,13 +22,7 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from crashdoc.assembly.markers import (
-    SERVING_LITERALS,
-    find_marker,
-    launches_sglang,
-    logged_release,
-    parse_server_args,
-)
+from crashdoc.assembly.markers import SERVING_LITERALS, find_marker, launches_sglang, logged_release, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.lone import judge_lone
@@ -37,7 +31,7 @@ from crashdoc.diagnosis.reporting import Reporter
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord, begin
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
-from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback
 from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
@@ -46,6 +40,7 @@ if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a 
     from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
     from crashdoc.diagnosis_records import Diagnosis
     from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
+    from crashdoc.unit_records import LaunchFacts, UnitState
 
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
@@ -585,10 +580,18 @@ def feed(engine: Engine, events: Iterable[FeedEvent]) -> None:
             on_line(event, matcher)
         elif isinstance(event, LifecycleRecord):
             on_lifecycle(event)
-        elif isinstance(event, UnitState):
-            engine.on_unit_state(event)
-        elif isinstance(event, LaunchFacts):
-            engine.on_launch(event)
         else:
-            engine.on_gpu(event)
+            _feed_unit_fact(engine, event)
     engine.judge()
+
+
+def _feed_unit_fact(engine: Engine, event: UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices) -> None:
+    """D-Bus's unit states, launch facts, the GPU records: never a paste's (their classes imported at the first)."""
+    from crashdoc.unit_records import LaunchFacts, UnitState
+
+    if isinstance(event, UnitState):
+        engine.on_unit_state(event)
+    elif isinstance(event, LaunchFacts):
+        engine.on_launch(event)
+    else:
+        engine.on_gpu(event)

@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.events import FlagChange, UnitState
+from crashdoc.events import FlagChange
 from crashdoc.matching.flagnames import canonical
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
@@ -27,6 +27,7 @@ if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a 
     from crashdoc.diagnosis.views import RunView
     from crashdoc.diagnosis_records import Diagnosis, Fix, FixTarget
     from crashdoc.matching.derived import DerivedMatch
+    from crashdoc.unit_records import UnitState
 
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6

@@ -12,12 +12,12 @@ from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.run import Handled, Run
-from crashdoc.events import LaunchFacts, UnitState
 
 if TYPE_CHECKING:  # imported where they are made: `explain` of a healthy log makes none of them
     from crashdoc.diagnosis.configchange import FileChange
     from crashdoc.diagnosis.views import UnitView
     from crashdoc.diagnosis_records import Diagnosis
+    from crashdoc.unit_records import LaunchFacts, UnitState
 
 MAX_LAUNCHES = 8  # commands whose launch facts a unit keeps (its ExecStart, the argv its processes logged)
 
