@@ -63,7 +63,8 @@ class Limits:
     max_pending: int = 4096  # processes with a traceback in progress
 
 
-@dataclass(slots=True)
+# a working record, one object per traceback being read: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class _Pending:
     """A traceback being assembled for one process: what has been read of it so far."""
 

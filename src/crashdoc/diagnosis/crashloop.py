@@ -57,7 +57,8 @@ class Transition:
     new_loop: bool = False  # a loop began (not a continuation after a short recovery)
 
 
-@dataclass(slots=True)
+# a working record, one object per unit: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class LoopTracker:
     """Whether a unit is crash-looping: its recent crashes against the thresholds."""
 

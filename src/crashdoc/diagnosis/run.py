@@ -57,7 +57,8 @@ class Handled:
     processes: list[str] = field(default_factory=list)  # the ranks or PIDs that logged it (bounded)
 
 
-@dataclass(slots=True)
+# a working record, one object per run: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class Run:
     """One systemd run of a unit (one invocation, or one pasted log): its lines' evidence and how it ended."""
 

@@ -22,7 +22,8 @@ if TYPE_CHECKING:  # imported where they are made: `explain` of a healthy log ma
 MAX_LAUNCHES = 8  # commands whose launch facts a unit keeps (its ExecStart, the argv its processes logged)
 
 
-@dataclass(slots=True)
+# a working record, one object per unit: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class UnitRecord:
     """The engine's working record of one watched unit: its runs, loop, state and counts."""
 
