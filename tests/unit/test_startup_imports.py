@@ -33,6 +33,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("crashdoc"
 NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.rootcause",
     "crashdoc.diagnosis.category",
+    "crashdoc.diagnosis.report",  # the diagnosis builder and its context: made with the first diagnosis
     "crashdoc.diagnosis.snapshot",
     "crashdoc.diagnosis.gpustate",
     "crashdoc.diagnosis.views",
@@ -84,6 +85,7 @@ def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None
     assert "illegal memory access" in said
     assert "crashdoc.diagnosis.rootcause" in modules
     assert "crashdoc.diagnosis.category" in modules
+    assert "crashdoc.diagnosis.report" in modules
 
 
 def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:

@@ -14,14 +14,13 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.engine import Engine, feed
-from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.errors import UsageError, UserError
 from crashdoc.events import Thresholds
 from crashdoc.matching.library import Library
 from crashdoc.matching.matcher import Matcher, shipped_derived
 
 if TYPE_CHECKING:
-    from crashdoc.diagnosis.report import UnitContext
+    from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.events import Diagnosis, Fix
     from crashdoc.matching.derived import DerivedLibrary
@@ -45,7 +44,9 @@ def load_library_or_fail(dirs: Sequence[str] | None, *, matching_only: bool = Fa
 
 def diagnosis_builder() -> DiagnosisBuilder:
     """Diagnoses whose fixes are computed from the run's own numbers where a signature says how (`remedy.actions`,
-    imported when the first diagnosis is built: a log with no failure never pays for it)."""
+    imported when the first diagnosis is built: a log with no failure never pays for it, nor for `report.py`:
+    `build_engine` hands the engine this function, called at the first diagnosis)."""
+    from crashdoc.diagnosis.report import DiagnosisBuilder
 
     def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
         from crashdoc.remedy.actions import refine as actions_refine
@@ -96,7 +97,7 @@ def build_engine(
 ) -> Engine:
     """An engine; `release` is (version, where from) when `--sglang-version` / `--sglang-source` said which SGLang
     ran, above what each unit's files or log say."""
-    builder = diagnosis_builder()
+    builder = diagnosis_builder
     if role_of is None:
         return Engine(matcher, thresholds=thresholds, builder=builder, release_option=release, lone_lines=lone_lines)
     return Engine(

@@ -26,8 +26,7 @@ from crashdoc.assembly.markers import SERVING_LITERALS, find_marker, launches_sg
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.lone import judge_lone
-from crashdoc.diagnosis.report import DiagnosisBuilder
-from crashdoc.diagnosis.reporting import Reporter
+from crashdoc.diagnosis.reporting import Reporter, default_builder
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord, begin
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
@@ -36,6 +35,7 @@ from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
     from crashdoc.diagnosis.gpustate import GpuRecord
+    from crashdoc.diagnosis.report import DiagnosisBuilder
     from crashdoc.diagnosis.snapshot import EngineState, SavedText
     from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
     from crashdoc.diagnosis_records import Diagnosis
@@ -59,7 +59,7 @@ class Engine:
         *,
         thresholds: Thresholds | None = None,
         role_of: Callable[[str], str | None] = lambda unit: "any",
-        builder: DiagnosisBuilder | None = None,
+        builder: DiagnosisBuilder | Callable[[], DiagnosisBuilder] | None = None,
         release_option: tuple[str, str] | None = None,
         quiet_seconds: float = QUIET_SECONDS,
         lone_lines: bool = False,
@@ -72,7 +72,7 @@ class Engine:
         self._gpu_joins_seq = 0  # `_seq` when they were made: a line since may be a new run's or process's
         self.reporter = Reporter(
             get,
-            builder or DiagnosisBuilder(),
+            builder or default_builder,
             release_option,
             lambda: self._units,
             hardware=lambda unit, run, d: d if self._gpu is None else self._gpu.judge(unit, run, d),
