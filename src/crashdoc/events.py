@@ -17,6 +17,10 @@ if TYPE_CHECKING:
     from crashdoc.diagnosis_records import Fix as Fix
     from crashdoc.diagnosis_records import FixTarget as FixTarget
     from crashdoc.diagnosis_records import RootCause as RootCause
+    from crashdoc.failure_records import ExceptionInfo as ExceptionInfo
+    from crashdoc.failure_records import Frame as Frame
+    from crashdoc.failure_records import Match as Match
+    from crashdoc.failure_records import Traceback as Traceback
     from crashdoc.gpu_events import GpuEvent as GpuEvent
     from crashdoc.gpu_events import GpuInfo as GpuInfo
     from crashdoc.gpu_events import GpuMap as GpuMap
@@ -28,11 +32,13 @@ if TYPE_CHECKING:
 
 # Records only some paths make, named here too and imported at their first use (issue 26: `explain` of one line):
 # a log without kernel lines never builds the GPU paths' classes (crashdoc.gpu_events), one without a failure
-# never builds a diagnosis's (crashdoc.diagnosis_records), a paste never builds a unit's state, launch facts or
-# watch rules (crashdoc.unit_records).
+# never builds a diagnosis's (crashdoc.diagnosis_records), one without a traceback or a matched line never builds
+# a traceback's or a match (crashdoc.failure_records), a paste never builds a unit's state, launch facts or watch
+# rules (crashdoc.unit_records).
 _ELSEWHERE = {
     **dict.fromkeys(("GpuEvent", "GpuInfo", "GpuMap", "HostGpus", "UnitDevices"), "crashdoc.gpu_events"),
     **dict.fromkeys(("Diagnosis", "Fix", "FixTarget", "RootCause"), "crashdoc.diagnosis_records"),
+    **dict.fromkeys(("ExceptionInfo", "Frame", "Match", "Traceback"), "crashdoc.failure_records"),
     **dict.fromkeys(("LaunchFacts", "UnitState", "WatchRule"), "crashdoc.unit_records"),
 }
 
@@ -131,53 +137,7 @@ class LifecycleRecord:
     message: str = ""
 
 
-# --- assembly --------------------------------------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class Frame:
-    """One frame of a Python traceback: where the code was and what it ran."""
-
-    file: str
-    line: int
-    function: str
-    code: str = ""
-
-
-@dataclass(slots=True)
-class ExceptionInfo:
-    """One exception of a (possibly chained) traceback."""
-
-    type: str  # as printed: "ValueError", "torch.OutOfMemoryError"
-    message: str  # str(exc); may span several lines
-    frames: tuple[Frame, ...] = ()
-    line: str = ""  # the "Type: first line of message" line as printed
-
-    @property
-    def short_type(self) -> str:
-        return self.type.rsplit(".", 1)[-1]
-
-
-@dataclass(slots=True)
-class Traceback:
-    """A Python traceback put back together from one process's journal lines."""
-
-    unit: str
-    pid: int
-    chain: tuple[ExceptionInfo, ...]  # in printed order: the last one is what was raised
-    timestamp: float = 0.0
-    invocation: str = ""
-    wrapper: str = ""  # "Scheduler" for "Scheduler hit an exception: ...", "" when bare
-    rank: str = ""  # SGLang's rank prefix ("TP3", "DP1 TP3 EP3"), "" for the main process
-    header: str = ""  # the line that introduced it
-    text: str = ""  # the traceback as printed (bounded)
-    truncated: bool = False
-    seq: int = 0  # the number of the line it began on, in the order the engine read them (0: not counted)
-    logged_with: str = ""  # the SGLang log record it was printed under (`logger.warning(..., exc_info=True)`)
-
-    @property
-    def final(self) -> ExceptionInfo:
-        return self.chain[-1]
+# --- assembly (a traceback and its parts: crashdoc.failure_records) -----------------------
 
 
 @dataclass(slots=True)
@@ -192,19 +152,6 @@ class Marker:
     invocation: str = ""
     seq: int = 0  # the number of its line, in the order the engine read them
     rank: str = ""  # SGLang's rank prefix ("TP1"): pasted logs have no PID to tell the ranks' lines apart
-
-
-# --- matching --------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Match:
-    """A signature that recognised a traceback or a line."""
-
-    signature_id: str
-    captures: dict[str, str]
-    line: str  # the printed line where the match begins: the root-cause line
-    score: int = 0  # higher wins when several signatures match one failure
 
 
 # --- diagnosis -------------------------------------------------------------------------

@@ -40,6 +40,7 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.configchange",
     "crashdoc.gpu_events",
     "crashdoc.diagnosis_records",
+    "crashdoc.failure_records",  # a traceback's records and a match: a healthy line makes none
     "crashdoc.unit_records",  # a unit's D-Bus state, launch facts, watch rules: a paste has none
     "crashdoc.remedy",
     "crashdoc.runtime",
@@ -86,6 +87,7 @@ def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None
     assert "crashdoc.diagnosis.rootcause" in modules
     assert "crashdoc.diagnosis.category" in modules
     assert "crashdoc.diagnosis.report" in modules
+    assert "crashdoc.failure_records" in modules
 
 
 def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
@@ -93,16 +95,21 @@ def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
     their first use (a state pickled by crashdoc 0.1.0 names `crashdoc.events.Diagnosis`)."""
     code = (
         "import sys, crashdoc.events as e\n"
-        "apart = ('crashdoc.gpu_events', 'crashdoc.diagnosis_records', 'crashdoc.unit_records')\n"
+        "apart = ['crashdoc.gpu_events', 'crashdoc.diagnosis_records', 'crashdoc.unit_records']\n"
+        "apart.append('crashdoc.failure_records')\n"
         "before = [m in sys.modules for m in apart]\n"
         "from crashdoc.events import Diagnosis, Fix, GpuEvent, HostGpus, LaunchFacts, UnitState, WatchRule\n"
+        "from crashdoc.events import ExceptionInfo, Frame, Match, Traceback\n"
         "import crashdoc.diagnosis_records as d, crashdoc.gpu_events as g, crashdoc.unit_records as u\n"
+        "import crashdoc.failure_records as f\n"
         "same = GpuEvent is g.GpuEvent and HostGpus is g.HostGpus and Diagnosis is d.Diagnosis and Fix is d.Fix\n"
         "same = same and UnitState is u.UnitState and LaunchFacts is u.LaunchFacts and WatchRule is u.WatchRule\n"
+        "same = same and Traceback is f.Traceback and ExceptionInfo is f.ExceptionInfo and Frame is f.Frame\n"
+        "same = same and Match is f.Match\n"
         "print(*before, same, hasattr(e, 'NoSuchRecord'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.split() == ["False", "False", "False", "True", "False"]
+    assert out.stdout.split() == ["False", "False", "False", "False", "True", "False"]
 
 
 def test_the_configuration_and_the_journal_source_import_no_alert_sender_or_gpu_records() -> None:

@@ -23,10 +23,14 @@ from __future__ import annotations
 import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.logline import has_prefix, split_prefix
-from crashdoc.events import ExceptionInfo, Frame, LogLine, Traceback
+from crashdoc.events import LogLine
 from crashdoc.text import clean
+
+if TYPE_CHECKING:
+    from crashdoc.failure_records import ExceptionInfo, Frame, Traceback
 
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 CHAIN_MARKERS = (
@@ -243,6 +247,8 @@ class TracebackAssembler:
             frame = _FRAME.match(body)
             if frame is not None:
                 if (state.in_current or state.threads == 0) and len(state.frames) < self.limits.max_frames:
+                    from crashdoc.failure_records import Frame  # with the first traceback (as below)
+
                     # faulthandler prints the innermost frame first; Python's tracebacks print it last
                     found = Frame(frame.group("file"), int(frame.group("line")), frame.group("func") or "")
                     state.frames.insert(0, found)
@@ -345,6 +351,8 @@ class TracebackAssembler:
 
     def _frame_or_code(self, state: _Pending, body: str) -> bool:
         """Consume a frame or source line; False when the line is the exception line."""
+        from crashdoc.failure_records import Frame  # a log without a traceback never builds the records' classes
+
         if body.startswith("  File ") or body.startswith('File "'):
             m = _FRAME.match(body)
             if m is not None:
@@ -382,6 +390,8 @@ class TracebackAssembler:
     def _close_exception(self, state: _Pending) -> None:
         if state.phase not in ("message", "end"):
             return
+        from crashdoc.failure_records import ExceptionInfo
+
         lines = state.message
         while len(lines) > 1 and not lines[-1].strip():
             lines.pop()
@@ -421,6 +431,8 @@ class TracebackAssembler:
         state.text_chars += len(text) + 1
 
     def _finish(self, state: _Pending) -> Traceback | None:
+        from crashdoc.failure_records import ExceptionInfo, Traceback
+
         if state.phase == "fatal":
             others = max(0, state.threads - 1) if state.threads else 0
             state.chain.append(

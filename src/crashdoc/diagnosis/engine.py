@@ -30,7 +30,7 @@ from crashdoc.diagnosis.reporting import Reporter, default_builder
 from crashdoc.diagnosis.run import LineHit, Run
 from crashdoc.diagnosis.unitrecord import UnitRecord, begin
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
-from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds
 from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
@@ -39,6 +39,7 @@ if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a 
     from crashdoc.diagnosis.snapshot import EngineState, SavedText
     from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
     from crashdoc.diagnosis_records import Diagnosis
+    from crashdoc.failure_records import Traceback
     from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
     from crashdoc.unit_records import LaunchFacts, UnitState
 

@@ -17,14 +17,18 @@ native crash dump is fatal from the start.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.markers import TEARDOWN_KINDS, handled_wording
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.events import BAD_REQUEST, LifecycleRecord, LogLine, Marker, Match, Traceback
+from crashdoc.events import BAD_REQUEST, LifecycleRecord, LogLine, Marker
 from crashdoc.sources.lifecycle import describe_exit
 from crashdoc.text import LazyPattern
+
+if TYPE_CHECKING:
+    from crashdoc.failure_records import Match, Traceback
 
 MAX_TRACEBACKS = 16
 MAX_LINE_MATCHES = 32

@@ -14,10 +14,10 @@ from typing import TYPE_CHECKING
 import re2
 
 from crashdoc.assembly.markers import MARKERS
-from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.library import Library, Signature
 
 if TYPE_CHECKING:
+    from crashdoc.failure_records import ExceptionInfo, Match, Traceback
     from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 
 _LITERAL_WEIGHT_CAP = 60
@@ -275,6 +275,8 @@ class Matcher:
                 return None
             captures = {k: v for k, v in m.groupdict().items() if v is not None}
             line = _line_at(exc, m.start())
+        from crashdoc.failure_records import Match  # a log nothing matches never builds the records' classes
+
         return Match(sig.id, captures, line, score)
 
     def _context_score(self, compiled: _Compiled, facts: Facts) -> int | None:
@@ -308,6 +310,8 @@ class Matcher:
     def knows_message(self, text: str) -> bool:
         """Whether a reviewed or derived signature knows `text` as an exception message: a lone line of a
         pasted log (no traceback, no exception type) that states a failure SGLang raises."""
+        from crashdoc.failure_records import ExceptionInfo
+
         exc = ExceptionInfo(type="", message=text, line=text.split("\n", 1)[0])
         if self.match_exception(exc, Facts()):
             return True
@@ -356,6 +360,8 @@ class Matcher:
                 continue
             score = 50 + compiled.signature.priority + compiled.specificity
             if best is None or score > best.score:
+                from crashdoc.failure_records import Match
+
                 captures = {k: v for k, v in m.groupdict().items() if v is not None}
                 best = Match(compiled.signature.id, captures, text.strip(), score)
         return best
@@ -364,6 +370,8 @@ class Matcher:
 
     def match_exit(self, exit_code: str | None, exit_status: str | None, result: str | None) -> list[Match]:
         """Signatures about how the process ended, for crashes that left no traceback or line."""
+        from crashdoc.failure_records import Match
+
         matches: list[Match] = []
         observed = {"code": exit_code, "status": exit_status, "result": result}
         for sig in self._exit:
