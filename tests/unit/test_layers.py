@@ -25,6 +25,7 @@ WORKING_MODULES = frozenset(
         "crashdoc.diagnosis.unitrecord",
         "crashdoc.diagnosis.run",
         "crashdoc.diagnosis.crashloop",
+        "crashdoc.diagnosis.failures",
         "crashdoc.diagnosis.gpustate",
     }
 )

@@ -33,6 +33,7 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("crashdoc"
 NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.rootcause",
     "crashdoc.diagnosis.category",
+    "crashdoc.diagnosis.failures",  # line hits, survived tracebacks, crashes, loop changes: none in a healthy log
     "crashdoc.diagnosis.report",  # the diagnosis builder and its context: made with the first diagnosis
     "crashdoc.diagnosis.snapshot",
     "crashdoc.diagnosis.gpustate",

@@ -27,7 +27,7 @@ from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.lone import judge_lone
 from crashdoc.diagnosis.reporting import Reporter, default_builder
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.run import Run
 from crashdoc.diagnosis.unitrecord import UnitRecord, begin
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
 from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds
@@ -191,6 +191,8 @@ class Engine:
         if self.lone_lines and match is None and marker is None:
             run.add_loose(line, seq)
         if match is not None:
+            from crashdoc.diagnosis.failures import LineHit  # a matched line: never in a healthy log
+
             run.add_line_hit(LineHit(match, line, seq))
             sig = matcher.library.get(match.signature_id)
             if sig is not None and sig.severity != "critical":
@@ -581,18 +583,13 @@ def feed(engine: Engine, events: Iterable[FeedEvent]) -> None:
             on_line(event, matcher)
         elif isinstance(event, LifecycleRecord):
             on_lifecycle(event)
-        else:
-            _feed_unit_fact(engine, event)
+        else:  # D-Bus's unit states, launch facts, GPU records: never a paste's (their classes imported at the first)
+            from crashdoc.unit_records import LaunchFacts, UnitState
+
+            if isinstance(event, UnitState):
+                engine.on_unit_state(event)
+            elif isinstance(event, LaunchFacts):
+                engine.on_launch(event)
+            else:
+                engine.on_gpu(event)
     engine.judge()
-
-
-def _feed_unit_fact(engine: Engine, event: UnitState | LaunchFacts | GpuEvent | HostGpus | UnitDevices) -> None:
-    """D-Bus's unit states, launch facts, the GPU records: never a paste's (their classes imported at the first)."""
-    from crashdoc.unit_records import LaunchFacts, UnitState
-
-    if isinstance(event, UnitState):
-        engine.on_unit_state(event)
-    elif isinstance(event, LaunchFacts):
-        engine.on_launch(event)
-    else:
-        engine.on_gpu(event)

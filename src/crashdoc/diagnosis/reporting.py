@@ -11,12 +11,13 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
-from crashdoc.diagnosis.run import Handled, Run
+from crashdoc.diagnosis.run import Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.events import BAD_REQUEST
 from crashdoc.matching.matcher import Facts, Matcher
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
+    from crashdoc.diagnosis.failures import Handled
     from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.diagnosis.views import RunView

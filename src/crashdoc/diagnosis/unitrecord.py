@@ -11,10 +11,11 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
-from crashdoc.diagnosis.run import Handled, Run
+from crashdoc.diagnosis.run import Run
 
 if TYPE_CHECKING:  # imported where they are made: `explain` of a healthy log makes none of them
     from crashdoc.diagnosis.configchange import FileChange
+    from crashdoc.diagnosis.failures import Handled
     from crashdoc.diagnosis.views import UnitView
     from crashdoc.diagnosis_records import Diagnosis
     from crashdoc.unit_records import LaunchFacts, UnitState
