@@ -20,14 +20,13 @@ processes with a traceback in progress.
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crashdoc.assembly.logline import has_prefix, split_prefix
 from crashdoc.events import LogLine
-from crashdoc.text import clean
+from crashdoc.text import LazyPattern, clean
 
 if TYPE_CHECKING:
     from crashdoc.failure_records import ExceptionInfo, Frame, Traceback
@@ -38,18 +37,18 @@ CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
 )
 _HEADER_STARTS = ("Exception in thread", "Process Process-", "Process SpawnProcess-", "Fatal Python error")
-_FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:,? in (?P<func>.*))?$')
+_FRAME = LazyPattern(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:,? in (?P<func>.*))?$')
 FATAL_TYPE = "Fatal Python error"  # faulthandler's dump of a native crash (SIGSEGV, SIGABRT, SIGBUS, ...)
-_FATAL = re.compile(r"Fatal Python error: (?P<what>.+)$")
-_THREAD = re.compile(r"(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+\b.*\(most recent call first\):$")
+_FATAL = LazyPattern(r"Fatal Python error: (?P<what>.+)$")
+_THREAD = LazyPattern(r"(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+\b.*\(most recent call first\):$")
 _LEVELS = ("ERROR:", "WARNING:", "INFO:")  # uvicorn's own records ("ERROR:    Exception in ASGI application")
 _FATAL_SKIP = ("Python runtime state:", "  <no Python frame>", "Stack (most recent call first):", "  ...")
-_EXC_LINE = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
-_WRAPPER = re.compile(r"(?P<who>[\w.]+) hit an exception: ?$")
-_REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]")
+_EXC_LINE = LazyPattern(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
+_WRAPPER = LazyPattern(r"(?P<who>[\w.]+) hit an exception: ?$")
+_REPEATED = LazyPattern(r"\s*\[Previous line repeated \d+ more times?\]")
 # The first line of another logger's record: c10/glog (`[W1002 09:05:41.123 ProcessGroupNCCL.cpp:1479]`,
 # `E1118 07:47:06.214117  2349 rdma_context.cpp:63]`) or a Python warning (`/x/y.py:224: UserWarning: ...`)
-_RECORD_START = re.compile(
+_RECORD_START = LazyPattern(
     r"\[?[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?[\w./-]+:\d+\]|/\S+\.py:\d+: [A-Z]\w*Warning: "
 )
 
