@@ -11,20 +11,9 @@ import pytest
 from crashdoc.events import ExceptionInfo, Traceback
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
 from support.e2e import start_crashdoc, wait_for
+from support.signature_texts import EXTRA
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "signatures"
-EXTRA = """signatures:
-  - id: test-extra-error
-    title: An error added by a live edit
-    category: other
-    severity: critical
-    match: {exception: [KeyError], message: 'glm_moe_dsa'}
-    fix: {summary: upgrade transformers}
-    runbook: "Why it happens: x. How to confirm: y. Safe fix: upgrade. Roll back: downgrade it again."
-    examples:
-      match:
-        - text: "KeyError: 'glm_moe_dsa'"
-"""
 
 
 def library_copy(tmp: Path) -> Path:

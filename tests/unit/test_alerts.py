@@ -294,3 +294,35 @@ def test_a_bug_in_the_transport_does_not_kill_the_sender(senders: list[AlertSend
 def test_the_endpoint_is_the_v2_alerts_path() -> None:
     for url in ("http://am:9093", "http://am:9093/", "http://am:9093/api/v2/alerts"):
         assert AlertSender(url, "h", runbook_url).endpoint == "http://am:9093/api/v2/alerts"
+
+
+def test_an_alertmanager_whose_certificate_is_not_trusted_is_a_tls_error(senders: list[AlertSender], tmp_path) -> None:
+    import ssl
+
+    from support.webtls import Pki
+
+    cert, key = Pki(tmp_path).server()  # issued by a CA the sender does not know
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    context.load_cert_chain(cert, key)
+    server = socket.create_server(("127.0.0.1", 0))
+
+    def serve() -> None:
+        while True:
+            try:
+                conn, _ = server.accept()
+            except OSError:
+                return
+            try:
+                context.wrap_socket(conn, server_side=True).close()
+            except OSError:
+                conn.close()
+
+    threading.Thread(target=serve, daemon=True).start()
+    try:
+        s = AlertSender(f"https://127.0.0.1:{server.getsockname()[1]}", "h", runbook_url, Health(), timeout=2)
+        senders.append(s)
+        s.update({UNIT: diagnosis()})
+        wait_until(lambda: s.health.alert_errors >= 1)
+        assert "TLS: certificate verify failed" in s.last_error, s.last_error
+    finally:
+        server.close()

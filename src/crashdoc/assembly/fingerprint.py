@@ -11,6 +11,7 @@ import re
 from functools import lru_cache
 from typing import TYPE_CHECKING
 
+from crashdoc.lean import sha1
 from crashdoc.text import LazyPattern
 
 if TYPE_CHECKING:
@@ -71,7 +72,5 @@ def fingerprint_text(*parts: str) -> str:
 
 def _digest(parts: list[str]) -> str:
     """`fp1-` and 16 hex digits: the version tag says which recipe made it."""
-    import hashlib  # OpenSSL's, 3 ms at import: only a traceback is fingerprinted, not a healthy log
-
-    digest = hashlib.sha1("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
+    digest = sha1("\x1f".join(parts).encode("utf-8", "replace")).hexdigest()[:16]
     return f"fp{FINGERPRINT_VERSION}-{digest}"

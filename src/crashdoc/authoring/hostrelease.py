@@ -11,7 +11,6 @@ read or derived is a warning (logged, on /healthz), never a crash: the shipped s
 from __future__ import annotations
 
 import gzip
-import hashlib
 import json
 import os
 import re
@@ -23,6 +22,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from crashdoc.lean import sha256
 from crashdoc.matching.derived import DerivedLibrary, dumps, loads
 from crashdoc.remedy.commandline import Reader, read_text_file
 from crashdoc.remedy.release import unit_install
@@ -44,7 +44,7 @@ def tree_digest(source: Path) -> str:
     A wheel is hashed whole."""
     from crashdoc.authoring.derive import DeriveError  # the miner is imported only to derive
 
-    h = hashlib.sha256()
+    h = sha256()
     if source.is_file():
         with source.open("rb") as f:
             for block in iter(lambda: f.read(1 << 20), b""):

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from crashdoc import __version__
+from crashdoc.lean import blake2b
 
 CACHE_FORMAT = 1  # bump when the layout of cache files changes
 T = TypeVar("T")
@@ -37,9 +38,7 @@ class Digest:
     """The key of a cache entry: crashdoc's version, the cache format and every input, in order."""
 
     def __init__(self, *parts: str) -> None:
-        import hashlib  # a key is computed only when the files' stamps changed: a warm start never imports it
-
-        self._hash = hashlib.blake2b(digest_size=20)
+        self._hash = blake2b(digest_size=20)  # computed only when the files' stamps changed
         self.add(__version__, str(CACHE_FORMAT), *parts)
 
     def add(self, *parts: str) -> Digest:

@@ -12,18 +12,18 @@ import os
 import zlib
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field, fields, replace
-from functools import cache
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 import re2
 
 from crashdoc.errors import ProblemsError
 from crashdoc.events import FlagChange
+from crashdoc.lean import blake2b
+from crashdoc.matching import validate
 from crashdoc.matching.cache import CompiledCache, Digest, file_stamp
-
-if TYPE_CHECKING:  # jsonschema and YAML are imported only when files are validated (not from the cache)
-    import jsonschema
+from crashdoc.matching.validate import SCHEMA_PATH as _SCHEMA_PATH
+from crashdoc.matching.validate import Found, schema_errors
 
 MAX_FILE_BYTES = 4 * 1024 * 1024
 # RE2 runs in time linear in the line, times the size of the pattern's program: `(\w+\s*){1000}` (10,004)
@@ -123,23 +123,6 @@ def builtin_signature_dirs() -> list[Path]:
     return [source_tree] if source_tree.is_dir() else []
 
 
-_SCHEMA_PATH = Path(__file__).with_name("signature.schema.json")
-
-
-def _schema_text() -> str:
-    return _SCHEMA_PATH.read_text()
-
-
-@cache
-def _validator() -> jsonschema.protocols.Validator:
-    import jsonschema
-
-    schema = json.loads(_schema_text())
-    cls = jsonschema.validators.validator_for(schema)
-    cls.check_schema(schema)
-    return cls(schema)
-
-
 def signature_files(folders: Iterable[Path]) -> list[Path]:
     files: list[Path] = []
     for folder in folders:
@@ -163,11 +146,15 @@ def signature_files(folders: Iterable[Path]) -> list[Path]:
 class FileCache:
     """The signatures of files that loaded cleanly, by path and content digest: a hot reload after one
     edit re-validates that file only (schema validation is most of a load's cost). `matching_only`: it keeps,
-    and a load through it gives, each signature's matching part (`matching_signature`)."""
+    and a load through it gives, each signature's matching part (`matching_signature`). `validate_apart` (the
+    daemon's): the files to validate are checked against the schema in a throw-away child (`validate.apart`),
+    so that jsonschema is never imported into the process that keeps running."""
 
-    def __init__(self, matching_only: bool = False) -> None:
+    def __init__(self, matching_only: bool = False, *, validate_apart: bool = False) -> None:
         self.matching_only = matching_only
+        self.validate_apart = validate_apart
         self._files: dict[str, tuple[bytes, list[Signature]]] = {}
+        self._found: dict[str, tuple[bytes, Found]] = {}  # the child's answers, by path and content digest
 
     def __len__(self) -> int:
         return len(self._files)
@@ -177,27 +164,43 @@ class FileCache:
         by_file: dict[str, list[Signature]] = {}
         for sig in library.signatures:
             by_file.setdefault(sig.origin.rsplit(":", 1)[0], []).append(sig)
-        import hashlib  # the daemon's reloads alone: a one-shot command never imports OpenSSL's
-
         for path in files:
             try:
                 raw = path.read_bytes()
             except OSError:
                 continue
-            self._files[str(path)] = (hashlib.blake2b(raw, digest_size=16).digest(), by_file.get(str(path), []))
+            self._files[str(path)] = (blake2b(raw, digest_size=16).digest(), by_file.get(str(path), []))
+
+    def check_apart(self, files: Iterable[Path]) -> None:
+        """With `validate_apart`: the files this cache does not know as they are now, checked against the schema
+        in one child (`load` uses its answer for the same bytes; without one it validates in process)."""
+        if not self.validate_apart:
+            return
+        texts: dict[str, str] = {}
+        digests: dict[str, bytes] = {}
+        for path in files:
+            try:
+                raw = path.read_bytes()
+                digest = blake2b(raw, digest_size=16).digest()
+                known = self._files.get(str(path))
+                if (known is None or known[0] != digest) and len(raw) <= MAX_FILE_BYTES:
+                    texts[str(path)], digests[str(path)] = raw.decode("utf-8"), digest
+            except (OSError, UnicodeDecodeError):
+                continue  # `load` says why
+        found = validate.apart(texts) or {}
+        self._found = {name: (digests[name], errors) for name, errors in found.items() if name in digests}
 
     def load(self, path: Path) -> tuple[list[Signature], list[Problem]]:
         try:
             raw = path.read_bytes()
         except OSError:
             return load_file(path)  # says why, with the file's name
-        import hashlib
-
-        digest = hashlib.blake2b(raw, digest_size=16).digest()
+        digest = blake2b(raw, digest_size=16).digest()
         known = self._files.get(str(path))
         if known is not None and known[0] == digest:
             return known[1], []
-        signatures, problems = load_bytes(str(path), raw)
+        checked = self._found.pop(str(path), None)
+        signatures, problems = load_bytes(str(path), raw, checked[1] if checked and checked[0] == digest else None)
         if self.matching_only:
             signatures = [matching_signature(s) for s in signatures]
         if problems:
@@ -223,9 +226,9 @@ def load_library(
     if compiled is not None:
         paths = [Path(f) for f in folders]
         files = signature_files(paths)
-        code = [Path(__file__), _SCHEMA_PATH]  # how files are validated and turned into signatures
+        code = [Path(__file__), Path(validate.__file__), _SCHEMA_PATH]  # how files are validated and made signatures
         # the file's name only tells folder sets apart (the key inside decides): zlib's CRC spares importing
-        # hashlib (OpenSSL's, 3 ms) on every warm start
+        # a digest on every warm start
         name = f"library-{zlib.crc32(chr(0).join(map(str, paths)).encode()):08x}"
         library = compiled.load(
             f"{name}-matching" if matching_only else name,
@@ -246,7 +249,10 @@ def load_library(
             problems.append(Problem(str(folder), 0, "no such file or folder"))
     signatures: list[Signature] = []
     seen: dict[str, str] = {}
-    for path in signature_files(paths):
+    files = signature_files(paths)
+    if cache is not None:
+        cache.check_apart(files)
+    for path in files:
         loaded, file_problems = cache.load(path) if cache is not None else load_file(path)
         problems.extend(file_problems)
         for sig in loaded:
@@ -303,8 +309,9 @@ def load_file(path: Path) -> tuple[list[Signature], list[Problem]]:
     return load_bytes(name, raw)
 
 
-def load_bytes(name: str, raw: bytes) -> tuple[list[Signature], list[Problem]]:
-    """Parse and validate the content of one file named `name`; never raises for bad content."""
+def load_bytes(name: str, raw: bytes, found: Found | None = None) -> tuple[list[Signature], list[Problem]]:
+    """Parse and validate the content of one file named `name`; never raises for bad content. `found`: its
+    schema errors, found elsewhere (`validate.apart`)."""
     if len(raw) > MAX_FILE_BYTES:
         return [], [Problem(name, 0, f"file is larger than {MAX_FILE_BYTES} bytes")]
     try:
@@ -321,10 +328,8 @@ def load_bytes(name: str, raw: bytes) -> tuple[list[Signature], list[Problem]]:
     if located.data is None:
         return [], [Problem(name, 1, "empty file")]
     data, lines = located.data, located.lines
-    problems = [
-        Problem(name, _line_for(lines, tuple(err.absolute_path)), _describe(err))
-        for err in sorted(_validator().iter_errors(data), key=lambda e: list(map(str, e.absolute_path)))
-    ]
+    found = schema_errors(data) if found is None else found
+    problems = [Problem(name, _line_for(lines, path), message) for path, message in found]
     if problems:
         return [], problems
     signatures: list[Signature] = []
@@ -342,22 +347,6 @@ def _line_for(lines: dict[tuple[Any, ...], int], path: tuple[Any, ...]) -> int:
     from crashdoc.yamlfile import LocatedYaml
 
     return LocatedYaml(None, lines).line_of(path)
-
-
-def _describe(err: jsonschema.ValidationError) -> str:
-    where = ".".join(str(p) for p in err.absolute_path)
-    if err.validator == "additionalProperties":
-        message = err.message.replace("Additional properties are not allowed", "unknown key(s)")
-    elif err.validator == "required":
-        message = err.message.replace("is a required property", "is missing")
-        message = message.split(" is missing")[0][-60:] + " is missing"
-    elif err.validator == "enum":
-        message = f"{err.instance!r} is not one of {', '.join(map(str, err.validator_value))}"
-    else:
-        message = err.message
-        if len(message) > 300:
-            message = message[:300] + "..."
-    return f"{where}: {message}" if where else message
 
 
 def _compile_problem(pattern: str) -> str | None:

@@ -26,7 +26,8 @@ class LibraryHolder:
     """The active matcher, swapped atomically when a good library has been loaded.
 
     `matching_only` (the daemon): the library keeps what matching and diagnosing read, not the runbook texts,
-    examples and near misses (`library.matching_signature`); `shown` reads them back for a page."""
+    examples and near misses (`library.matching_signature`); `shown` reads them back for a page. `validate_apart`
+    (the daemon): files are checked against the schema in a throw-away child (`library.FileCache`)."""
 
     def __init__(
         self,
@@ -36,6 +37,7 @@ class LibraryHolder:
         compiled: CompiledCache | None = None,
         *,
         matching_only: bool = False,
+        validate_apart: bool = False,
     ) -> None:
         self.folders = [Path(f) for f in folders]
         self.derived = derived  # kept across reloads: it is package data, not the watched folders
@@ -43,7 +45,7 @@ class LibraryHolder:
         self.reloads = 0
         self.errors = 0
         self.last_error = ""
-        self._files = FileCache(matching_only)
+        self._files = FileCache(matching_only, validate_apart=validate_apart)
         # the first load must succeed; `compiled`: read back validated from the cache when the files are unchanged
         library = load_library(self.folders, self._files, compiled, matching_only=matching_only)
         self._matcher = Matcher(library, derived).compile()

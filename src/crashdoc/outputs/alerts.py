@@ -25,7 +25,7 @@ import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, TypeGuard
 
 from crashdoc.events import HARDWARE
 
@@ -35,6 +35,8 @@ from crashdoc.outputs.httpclient import HttpClientConfig as HttpClientConfig
 from crashdoc.redact import redact
 
 if TYPE_CHECKING:  # imported where used (urllib, prometheus_client): the daemon sends alerts, no other command
+    import ssl
+
     from crashdoc.events import Diagnosis
     from crashdoc.outputs.metrics import Health
 
@@ -292,7 +294,6 @@ class AlertSender:
 
     def _deliver(self, body: bytes) -> bool:
         """One POST. Any failure (refused, timeout, HTTP error, a bug) is counted, never raised."""
-        import ssl
         import urllib.error
 
         try:
@@ -304,7 +305,7 @@ class AlertSender:
             return self._failed(f"HTTP {exc.code} {detail}")
         except Exception as exc:  # the thread must survive anything: the daemon never sees it
             reason = getattr(exc, "reason", None) or exc
-            if isinstance(reason, ssl.SSLError):
+            if self.endpoint.startswith("https://") and _tls_error(reason):
                 return self._failed(f"TLS: {str(reason.reason or reason).replace('_', ' ').lower()}")
             return self._failed(f"{type(exc).__name__}: {reason}")
         self.health.alerts_sent += 1
@@ -323,3 +324,11 @@ class AlertSender:
             self.log(f"{self.last_error}; retrying with backoff (up to {self.backoff_max:g} s)")
         self._failing = True
         return False
+
+
+def _tls_error(reason: object) -> TypeGuard[ssl.SSLError]:
+    """Whether a failed send to an HTTPS Alertmanager failed in TLS (only HTTPS sends load `ssl`: a failed send to a
+    plain one never does, see `lean.ssl_at_first_use`)."""
+    import ssl
+
+    return isinstance(reason, ssl.SSLError)

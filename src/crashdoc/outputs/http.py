@@ -19,16 +19,17 @@ from __future__ import annotations
 
 import json
 import socket
-import ssl
 import sys
 import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import TYPE_CHECKING, Protocol
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from prometheus_client.exposition import CONTENT_TYPE_LATEST
-
+from crashdoc.lean import ssl_at_first_use
+from crashdoc.outputs.promtext import CONTENT_TYPE as CONTENT_TYPE_LATEST
 from crashdoc.outputs.render import redact_data
+
+ssl_at_first_use()  # http.server imports http.client, which imports ssl for HTTPS only: no TLS, no OpenSSL
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer  # noqa: E402
 
 if TYPE_CHECKING:  # TLS and basic auth (bcrypt) are loaded only with a web configuration file
     from crashdoc.outputs.webconfig import WebConfig
@@ -82,7 +83,7 @@ class _QuietServer(ThreadingHTTPServer):
                     request.sendall(PLAIN_HTTP_ANSWER)
                 return
             tls = context.wrap_socket(request, server_side=True)
-        except (ssl.SSLError, OSError):
+        except OSError:  # ssl.SSLError is one
             return  # a failed handshake (wrong CA, no client certificate, a timeout) gets nothing more
         try:
             super().finish_request(tls, client_address)
@@ -94,8 +95,14 @@ class _QuietServer(ThreadingHTTPServer):
 
     def handle_error(self, request: object, client_address: object) -> None:
         """A client that hangs up is no error of crashdoc's: no traceback in the journal for it."""
-        if isinstance(sys.exc_info()[1], ConnectionError | TimeoutError | ssl.SSLError):
+        error = sys.exc_info()[1]
+        if isinstance(error, ConnectionError | TimeoutError):
             return
+        if self.web is not None:  # TLS may be served: ssl is loaded (without it no error can be ssl's)
+            import ssl
+
+            if isinstance(error, ssl.SSLError):
+                return
         super().handle_error(request, client_address)  # type: ignore[arg-type]
 
 

@@ -9,12 +9,12 @@ re-reads its last entries does not write the same record twice.
 
 from __future__ import annotations
 
-import hashlib
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from crashdoc.diagnosis.views import EngineEvent
 from crashdoc.events import HARDWARE, Diagnosis
+from crashdoc.lean import sha1
 from crashdoc.outputs.alerts import GPU_LABELS
 from crashdoc.redact import redact
 
@@ -79,7 +79,7 @@ class JournalRecorder:
     def record_checked(self, unit: str, d: Diagnosis) -> bool:
         """A loop's fix once SGLang's checks (and the search for a fix they accept) have spoken: it comes
         seconds after the loop's own record, which says the check was pending."""
-        event_id = hashlib.sha1(
+        event_id = sha1(
             "|".join(["fix-checked", unit, d.fingerprint, d.fix.command or "", d.fix.verified or ""]).encode()
         ).hexdigest()[:20]
         if event_id in self.seen or not d.fix.verified:
@@ -146,7 +146,7 @@ class JournalRecorder:
 def _event_id(event: EngineEvent) -> str:
     d = event.diagnosis
     parts = [event.kind, event.unit, f"{event.at:.6f}", (d.signature or d.fingerprint) if d else ""]
-    return hashlib.sha1("|".join(parts).encode()).hexdigest()[:20]
+    return sha1("|".join(parts).encode()).hexdigest()[:20]
 
 
 def _message(event: EngineEvent) -> str:

@@ -12,13 +12,20 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import Generic, TypeVar
 
-from prometheus_client import CollectorRegistry, generate_latest
-from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily, InfoMetricFamily
-from prometheus_client.registry import Collector
-
 from crashdoc import __version__
 from crashdoc.diagnosis.views import GpuView, UnitView
 from crashdoc.events import HARDWARE, KINDS, GpuMap
+from crashdoc.lean import package_modules
+from crashdoc.outputs import promtext
+
+with package_modules("prometheus_client"):  # its __init__ imports its exposition, HTTP servers and ssl (OpenSSL)
+    from prometheus_client.metrics_core import (
+        CounterMetricFamily,
+        GaugeMetricFamily,
+        HistogramMetricFamily,
+        InfoMetricFamily,
+    )
+    from prometheus_client.registry import Collector, CollectorRegistry
 
 LATENCY_BUCKETS = (0.1, 0.25, 0.5, 1.0, 2.0, 5.0, 10.0, 30.0, 60.0)
 
@@ -389,4 +396,4 @@ def make_registry(collector: Collector) -> CollectorRegistry:
 
 
 def exposition(registry: CollectorRegistry) -> bytes:
-    return generate_latest(registry)
+    return promtext.text(registry)

@@ -48,6 +48,7 @@ def build(config: Config, make_engine: EngineFactory, *, listen: str | None = No
         derived=load_shipped(),
         compiled=CompiledCache(library_cache_dir(config), log),
         matching_only=True,  # runbook texts are read for the pages that show them
+        validate_apart=True,  # jsonschema is imported by a child, not kept by the daemon
     )
     own = own_unit()
     units = UnitFilter(config.units, ignore=frozenset({own}) if own else frozenset())

@@ -11,7 +11,6 @@ alone, and reconnects with backoff.
 from __future__ import annotations
 
 import os
-import sys
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from crashdoc.events import UnitState
+from crashdoc.lean import package_modules
 from crashdoc.sources.journal import UnitFilter
 
 if TYPE_CHECKING:
@@ -39,23 +39,8 @@ def pystemd_dbus() -> Any:
     """pystemd's `DBus` class, without running the package's `__init__`: that imports its unit objects and with
     them lxml (5.6 MB of the daemon's RSS, 3.5 MB of it lxml's shared library; 130 ms), which the D-Bus module does
     not need and crashdoc never uses. A pystemd already imported is used as it is."""
-    if "pystemd" not in sys.modules:
-        import importlib.util
-        import types
-
-        spec = importlib.util.find_spec("pystemd")
-        if spec is None or not spec.submodule_search_locations:
-            raise ImportError("No module named 'pystemd'")
-        package = types.ModuleType("pystemd")
-        package.__path__ = list(spec.submodule_search_locations)
-        sys.modules["pystemd"] = package  # its submodules import under it
-        try:
-            from pystemd.dbuslib import DBus
-        finally:
-            del sys.modules["pystemd"]  # a later `import pystemd` runs the package's own __init__
-        return DBus
-    from pystemd.dbuslib import DBus
-
+    with package_modules("pystemd"):
+        from pystemd.dbuslib import DBus
     return DBus
 
 
