@@ -8,8 +8,7 @@ other. What the engine publishes about its own state (units, runs, its events) i
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from enum import StrEnum
 from typing import TYPE_CHECKING, Any
 
@@ -18,18 +17,29 @@ if TYPE_CHECKING:
     from crashdoc.diagnosis_records import Fix as Fix
     from crashdoc.diagnosis_records import FixTarget as FixTarget
     from crashdoc.diagnosis_records import RootCause as RootCause
+    from crashdoc.failure_records import ExceptionInfo as ExceptionInfo
+    from crashdoc.failure_records import Frame as Frame
+    from crashdoc.failure_records import Match as Match
+    from crashdoc.failure_records import Traceback as Traceback
     from crashdoc.gpu_events import GpuEvent as GpuEvent
     from crashdoc.gpu_events import GpuInfo as GpuInfo
     from crashdoc.gpu_events import GpuMap as GpuMap
     from crashdoc.gpu_events import HostGpus as HostGpus
     from crashdoc.gpu_events import UnitDevices as UnitDevices
+    from crashdoc.unit_records import LaunchFacts as LaunchFacts
+    from crashdoc.unit_records import UnitState as UnitState
+    from crashdoc.unit_records import WatchRule as WatchRule
 
 # Records only some paths make, named here too and imported at their first use (issue 26: `explain` of one line):
 # a log without kernel lines never builds the GPU paths' classes (crashdoc.gpu_events), one without a failure
-# never builds a diagnosis's (crashdoc.diagnosis_records).
+# never builds a diagnosis's (crashdoc.diagnosis_records), one without a traceback or a matched line never builds
+# a traceback's or a match (crashdoc.failure_records), a paste never builds a unit's state, launch facts or watch
+# rules (crashdoc.unit_records).
 _ELSEWHERE = {
     **dict.fromkeys(("GpuEvent", "GpuInfo", "GpuMap", "HostGpus", "UnitDevices"), "crashdoc.gpu_events"),
     **dict.fromkeys(("Diagnosis", "Fix", "FixTarget", "RootCause"), "crashdoc.diagnosis_records"),
+    **dict.fromkeys(("ExceptionInfo", "Frame", "Match", "Traceback"), "crashdoc.failure_records"),
+    **dict.fromkeys(("LaunchFacts", "UnitState", "WatchRule"), "crashdoc.unit_records"),
 }
 
 
@@ -69,14 +79,6 @@ ROLES: tuple[str, ...] = ("prefill", "decode", "router", "any")
 
 
 # --- configuration shared by the layers ----------------------------------------------
-
-
-@dataclass(frozen=True, slots=True)
-class WatchRule:
-    """Which units crashdoc watches (a name or a glob) and the role they play in a PD deployment."""
-
-    pattern: str  # unit name or glob
-    role: str = "any"
 
 
 @dataclass(frozen=True, slots=True)
@@ -135,92 +137,7 @@ class LifecycleRecord:
     message: str = ""
 
 
-@dataclass(slots=True)
-class UnitState:
-    """What D-Bus says about a unit right now."""
-
-    unit: str
-    active_state: str = ""
-    sub_state: str = ""
-    result: str = ""
-    n_restarts: int | None = None
-    exec_main_status: int | None = None
-    exec_main_code: int | None = None
-    invocation: str = ""
-    exec_start: tuple[str, ...] = ()  # the real argv of the first ExecStart=
-    fragment_path: str = ""
-    drop_in_paths: tuple[str, ...] = ()
-    environment_files: tuple[str, ...] = ()
-    numa_policy: str = ""  # NUMAPolicy=: bind, preferred, interleave, local, default ("": not set)
-    numa_mask: str = ""  # NUMAMask= as a Linux list ("0", "0-1")
-    cpu_affinity: str = ""  # CPUAffinity= as a Linux list ("0-31,64-95")
-    loaded: bool = True
-    active_enter_timestamp: float = 0.0  # when the current run became active (0: unknown)
-    timestamp: float = 0.0
-    # the GPU entries of Environment= (CUDA_VISIBLE_DEVICES=...), never the others: they may hold secrets
-    environment: tuple[str, ...] = ()
-
-
-@dataclass(frozen=True, slots=True)
-class LaunchFacts:
-    """What crashdoc read from disk about a command a unit runs: its SGLang flags (a launch script's
-    included) and the SGLang release its interpreter imports. The runtime reads them before the engine's
-    step and hands them in ahead of the event that needs them, so that the engine reads no file."""
-
-    unit: str
-    cmdline: tuple[str, ...]
-    flags: Mapping[str, str] = field(default_factory=dict)  # canonical names (`--tp` -> `--tp-size`)
-    sglang_release: str = ""  # "" when unknown
-    sglang_release_from: str = ""  # where it was read
-
-
-# --- assembly --------------------------------------------------------------------------
-
-
-@dataclass(slots=True, frozen=True)
-class Frame:
-    """One frame of a Python traceback: where the code was and what it ran."""
-
-    file: str
-    line: int
-    function: str
-    code: str = ""
-
-
-@dataclass(slots=True)
-class ExceptionInfo:
-    """One exception of a (possibly chained) traceback."""
-
-    type: str  # as printed: "ValueError", "torch.OutOfMemoryError"
-    message: str  # str(exc); may span several lines
-    frames: tuple[Frame, ...] = ()
-    line: str = ""  # the "Type: first line of message" line as printed
-
-    @property
-    def short_type(self) -> str:
-        return self.type.rsplit(".", 1)[-1]
-
-
-@dataclass(slots=True)
-class Traceback:
-    """A Python traceback put back together from one process's journal lines."""
-
-    unit: str
-    pid: int
-    chain: tuple[ExceptionInfo, ...]  # in printed order: the last one is what was raised
-    timestamp: float = 0.0
-    invocation: str = ""
-    wrapper: str = ""  # "Scheduler" for "Scheduler hit an exception: ...", "" when bare
-    rank: str = ""  # SGLang's rank prefix ("TP3", "DP1 TP3 EP3"), "" for the main process
-    header: str = ""  # the line that introduced it
-    text: str = ""  # the traceback as printed (bounded)
-    truncated: bool = False
-    seq: int = 0  # the number of the line it began on, in the order the engine read them (0: not counted)
-    logged_with: str = ""  # the SGLang log record it was printed under (`logger.warning(..., exc_info=True)`)
-
-    @property
-    def final(self) -> ExceptionInfo:
-        return self.chain[-1]
+# --- assembly (a traceback and its parts: crashdoc.failure_records) -----------------------
 
 
 @dataclass(slots=True)
@@ -235,19 +152,6 @@ class Marker:
     invocation: str = ""
     seq: int = 0  # the number of its line, in the order the engine read them
     rank: str = ""  # SGLang's rank prefix ("TP1"): pasted logs have no PID to tell the ranks' lines apart
-
-
-# --- matching --------------------------------------------------------------------------
-
-
-@dataclass(slots=True)
-class Match:
-    """A signature that recognised a traceback or a line."""
-
-    signature_id: str
-    captures: dict[str, str]
-    line: str  # the printed line where the match begins: the root-cause line
-    score: int = 0  # higher wins when several signatures match one failure
 
 
 # --- diagnosis -------------------------------------------------------------------------

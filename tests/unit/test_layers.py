@@ -1,9 +1,10 @@
 """The folder tree is the pipeline: a module imports only from its own layer or the layers below it.
 
-Bottom modules (events, gpu_events, diagnosis_records, errors, redact, text, yamlfile, lean) import nothing of
-crashdoc's layers; sources < assembly < matching < diagnosis < remedy < authoring < outputs < config < runtime <
-commands < cli. The sandbox is test and demo infrastructure, imported only by commands and the tests. The engine's
-working records are its own: the rest of the package reads what it publishes (diagnosis.views).
+Bottom modules (events, gpu_events, diagnosis_records, failure_records, unit_records, errors, redact, text,
+yamlfile, lean) import nothing of crashdoc's layers; sources < assembly < matching < diagnosis < remedy < authoring <
+outputs < config < runtime < commands < cli. The sandbox is test and demo infrastructure, imported only by commands
+and the tests. The engine's working records are its own: the rest of the package reads what it publishes
+(diagnosis.views).
 """
 
 from __future__ import annotations
@@ -24,6 +25,7 @@ WORKING_MODULES = frozenset(
         "crashdoc.diagnosis.unitrecord",
         "crashdoc.diagnosis.run",
         "crashdoc.diagnosis.crashloop",
+        "crashdoc.diagnosis.failures",
         "crashdoc.diagnosis.gpustate",
     }
 )
@@ -32,6 +34,8 @@ LAYERS: dict[str, int] = {
     "events": 0,
     "gpu_events": 0,
     "diagnosis_records": 0,
+    "failure_records": 0,
+    "unit_records": 0,
     "errors": 0,
     "redact": 0,
     "text": 0,

@@ -33,12 +33,16 @@ print(json.dumps(sorted(m for m in sys.modules if m.split(".")[0] in ("crashdoc"
 NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.diagnosis.rootcause",
     "crashdoc.diagnosis.category",
+    "crashdoc.diagnosis.failures",  # line hits, survived tracebacks, crashes, loop changes: none in a healthy log
+    "crashdoc.diagnosis.report",  # the diagnosis builder and its context: made with the first diagnosis
     "crashdoc.diagnosis.snapshot",
     "crashdoc.diagnosis.gpustate",
     "crashdoc.diagnosis.views",
     "crashdoc.diagnosis.configchange",
     "crashdoc.gpu_events",
     "crashdoc.diagnosis_records",
+    "crashdoc.failure_records",  # a traceback's records and a match: a healthy line makes none
+    "crashdoc.unit_records",  # a unit's D-Bus state, launch facts, watch rules: a paste has none
     "crashdoc.remedy",
     "crashdoc.runtime",
     "crashdoc.config",
@@ -47,7 +51,9 @@ NOT_FOR_A_HEALTHY_LOG = (
     "crashdoc.sources.journal",
     "crashdoc.authoring",
     "crashdoc.sandbox",
-    "crashdoc.matching.derived_store",  # the derived records: read at the first traceback no signature answers
+    "crashdoc.redact",  # "No failure found." has nothing to redact: imported where a diagnosis is printed
+    "crashdoc.matching.derived",  # the derived signatures: read at the first traceback no signature answers
+    "crashdoc.matching.derived_store",
     "crashdoc.matching.derived_index",
     "shutil",  # with bz2 and lzma: argparse's help formatter and the spooling of standard input import it
     "hashlib",  # OpenSSL: the library cache's key is computed only when the cache is written
@@ -82,21 +88,30 @@ def test_explain_of_a_failure_still_imports_the_judgment(tmp_path: Path) -> None
     assert "illegal memory access" in said
     assert "crashdoc.diagnosis.rootcause" in modules
     assert "crashdoc.diagnosis.category" in modules
+    assert "crashdoc.diagnosis.report" in modules
+    assert "crashdoc.failure_records" in modules
 
 
 def test_the_records_made_elsewhere_keep_their_names_in_events() -> None:
-    """`crashdoc.events` names the GPU paths' records and a diagnosis's too, the same classes, imported at their
-    first use (a state pickled by crashdoc 0.1.0 names `crashdoc.events.Diagnosis`)."""
+    """`crashdoc.events` names the GPU paths' records, a diagnosis's and a unit's too, the same classes, imported at
+    their first use (a state pickled by crashdoc 0.1.0 names `crashdoc.events.Diagnosis`)."""
     code = (
         "import sys, crashdoc.events as e\n"
-        "before = [m in sys.modules for m in ('crashdoc.gpu_events', 'crashdoc.diagnosis_records')]\n"
-        "from crashdoc.events import Diagnosis, Fix, GpuEvent, HostGpus\n"
-        "import crashdoc.diagnosis_records as d, crashdoc.gpu_events as g\n"
+        "apart = ['crashdoc.gpu_events', 'crashdoc.diagnosis_records', 'crashdoc.unit_records']\n"
+        "apart.append('crashdoc.failure_records')\n"
+        "before = [m in sys.modules for m in apart]\n"
+        "from crashdoc.events import Diagnosis, Fix, GpuEvent, HostGpus, LaunchFacts, UnitState, WatchRule\n"
+        "from crashdoc.events import ExceptionInfo, Frame, Match, Traceback\n"
+        "import crashdoc.diagnosis_records as d, crashdoc.gpu_events as g, crashdoc.unit_records as u\n"
+        "import crashdoc.failure_records as f\n"
         "same = GpuEvent is g.GpuEvent and HostGpus is g.HostGpus and Diagnosis is d.Diagnosis and Fix is d.Fix\n"
+        "same = same and UnitState is u.UnitState and LaunchFacts is u.LaunchFacts and WatchRule is u.WatchRule\n"
+        "same = same and Traceback is f.Traceback and ExceptionInfo is f.ExceptionInfo and Frame is f.Frame\n"
+        "same = same and Match is f.Match\n"
         "print(*before, same, hasattr(e, 'NoSuchRecord'))"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, timeout=60)
-    assert out.stdout.split() == ["False", "False", "True", "False"]
+    assert out.stdout.split() == ["False", "False", "False", "False", "True", "False"]
 
 
 def test_the_configuration_and_the_journal_source_import_no_alert_sender_or_gpu_records() -> None:

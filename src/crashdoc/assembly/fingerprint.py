@@ -9,10 +9,13 @@ from __future__ import annotations
 
 import re
 from functools import lru_cache
+from typing import TYPE_CHECKING
 
-from crashdoc.events import ExceptionInfo, Frame, Traceback
 from crashdoc.lean import sha1
 from crashdoc.text import LazyPattern
+
+if TYPE_CHECKING:
+    from crashdoc.failure_records import ExceptionInfo, Frame, Traceback
 
 _MASKS: tuple[tuple[LazyPattern, str], ...] = (
     (LazyPattern(r"\b[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}\b", re.I), "<uuid>"),

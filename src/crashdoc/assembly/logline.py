@@ -8,10 +8,10 @@ libraries wrap lines in ANSI colours; torch's elastic launcher prefixes `[rank0]
 
 from __future__ import annotations
 
-import re
+from crashdoc.text import LazyPattern
 
-_PREFIX = re.compile(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: [^\]\s]+)*)\] ?")
-_TORCH_RANK = re.compile(r"\[rank\d+\]: ?")
+_PREFIX = LazyPattern(r"\[(\d{4}-\d\d-\d\d[ T]\d\d:\d\d:\d\d(?:[.,]\d+)?)((?: [^\]\s]+)*)\] ?")
+_TORCH_RANK = LazyPattern(r"\[rank\d+\]: ?")
 
 
 def split_prefix(text: str) -> tuple[bool, str, str]:

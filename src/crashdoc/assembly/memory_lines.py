@@ -11,7 +11,7 @@ pool_host/base.py and memory_pool_host.py (HiCache's host pools, in 1e9 bytes). 
 
 from __future__ import annotations
 
-import re
+from crashdoc.text import LazyPattern
 
 LOAD_BEGIN = "Load weight begin."  # avail mem= before the weights: SGLang's pre_model_load_memory
 LOAD_END = "Load weight end."  # avail mem= after them, and their mem usage=
@@ -19,21 +19,21 @@ KV_CACHE = "KV Cache is allocated."
 POOL_END = "Memory pool end."  # avail mem= after the KV pool
 GRAPH_BEGIN = " graph begin."  # "Capture cuda graph begin." (and other graphs): avail mem= before capture
 
-AVAIL = re.compile(r"avail mem=(?P<avail>[\d.]+) GB")
-USAGE = re.compile(r"mem usage=(?P<used>[\d.]+) GB")
-KV_ALLOCATED = re.compile(
+AVAIL = LazyPattern(r"avail mem=(?P<avail>[\d.]+) GB")
+USAGE = LazyPattern(r"mem usage=(?P<used>[\d.]+) GB")
+KV_ALLOCATED = LazyPattern(
     r"KV Cache is allocated\. (?:dtype: \S+, )?#tokens: (?P<tokens>\d+), "  # a leading label needs no match
     r"(?:K size: (?P<k>[\d.]+) GB, V size: (?P<v>[\d.]+) GB|KV size: (?P<kv>[\d.]+) GB)"
 )
-KV_POST_CAPTURE = re.compile(
+KV_POST_CAPTURE = LazyPattern(
     r"Post-capture KV sizing: (?:draft )?KV cache allocated\. dtype: \S+, #tokens: \d+, KV size: (?P<kv>[\d.]+) GB"
 )
-SWA_POOL = re.compile(r"SWAKVPool mem usage: (?P<kv>[\d.]+) GB")
-HOST_ALLOCATED = re.compile(
+SWA_POOL = LazyPattern(r"SWAKVPool mem usage: (?P<kv>[\d.]+) GB")
+HOST_ALLOCATED = LazyPattern(
     r"Allocating \S+ hierarchical KV host pool: \d+ tokens, (?P<gb>[\d.]+) GB host memory"
     r"|Allocating (?P<gb4>[\d.]+) GB host memory for V4 (?:paged|state) pool"
 )
-HOST_REFUSED = re.compile(
+HOST_REFUSED = LazyPattern(
     r"Not enough host memory (?:available|for V4 \w+ pool \S+)\. Requesting (?P<req>[\d.]+) GB "
     r"but only have (?P<have>[\d.]+) GB free"
 )

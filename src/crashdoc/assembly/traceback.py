@@ -20,13 +20,16 @@ processes with a traceback in progress.
 
 from __future__ import annotations
 
-import re
 from collections import OrderedDict
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.logline import has_prefix, split_prefix
-from crashdoc.events import ExceptionInfo, Frame, LogLine, Traceback
-from crashdoc.text import clean
+from crashdoc.events import LogLine
+from crashdoc.text import LazyPattern, clean
+
+if TYPE_CHECKING:
+    from crashdoc.failure_records import ExceptionInfo, Frame, Traceback
 
 TRACEBACK_HEAD = "Traceback (most recent call last):"
 CHAIN_MARKERS = (
@@ -34,18 +37,18 @@ CHAIN_MARKERS = (
     "The above exception was the direct cause of the following exception:",
 )
 _HEADER_STARTS = ("Exception in thread", "Process Process-", "Process SpawnProcess-", "Fatal Python error")
-_FRAME = re.compile(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:,? in (?P<func>.*))?$')
+_FRAME = LazyPattern(r'\s*File "(?P<file>[^"]*)", line (?P<line>\d+)(?:,? in (?P<func>.*))?$')
 FATAL_TYPE = "Fatal Python error"  # faulthandler's dump of a native crash (SIGSEGV, SIGABRT, SIGBUS, ...)
-_FATAL = re.compile(r"Fatal Python error: (?P<what>.+)$")
-_THREAD = re.compile(r"(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+\b.*\(most recent call first\):$")
+_FATAL = LazyPattern(r"Fatal Python error: (?P<what>.+)$")
+_THREAD = LazyPattern(r"(?P<current>Current thread|Thread) 0x[0-9a-fA-F]+\b.*\(most recent call first\):$")
 _LEVELS = ("ERROR:", "WARNING:", "INFO:")  # uvicorn's own records ("ERROR:    Exception in ASGI application")
 _FATAL_SKIP = ("Python runtime state:", "  <no Python frame>", "Stack (most recent call first):", "  ...")
-_EXC_LINE = re.compile(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
-_WRAPPER = re.compile(r"(?P<who>[\w.]+) hit an exception: ?$")
-_REPEATED = re.compile(r"\s*\[Previous line repeated \d+ more times?\]")
+_EXC_LINE = LazyPattern(r"(?P<type>[A-Za-z_][\w.]*)(?::(?: ?(?P<msg>.*))?)?$")
+_WRAPPER = LazyPattern(r"(?P<who>[\w.]+) hit an exception: ?$")
+_REPEATED = LazyPattern(r"\s*\[Previous line repeated \d+ more times?\]")
 # The first line of another logger's record: c10/glog (`[W1002 09:05:41.123 ProcessGroupNCCL.cpp:1479]`,
 # `E1118 07:47:06.214117  2349 rdma_context.cpp:63]`) or a Python warning (`/x/y.py:224: UserWarning: ...`)
-_RECORD_START = re.compile(
+_RECORD_START = LazyPattern(
     r"\[?[EWIF]\d{4} \d\d:\d\d:\d\d\.\d+ +(?:\d+ )?[\w./-]+:\d+\]|/\S+\.py:\d+: [A-Z]\w*Warning: "
 )
 
@@ -63,7 +66,8 @@ class Limits:
     max_pending: int = 4096  # processes with a traceback in progress
 
 
-@dataclass(slots=True)
+# a working record, one object per traceback being read: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class _Pending:
     """A traceback being assembled for one process: what has been read of it so far."""
 
@@ -242,6 +246,8 @@ class TracebackAssembler:
             frame = _FRAME.match(body)
             if frame is not None:
                 if (state.in_current or state.threads == 0) and len(state.frames) < self.limits.max_frames:
+                    from crashdoc.failure_records import Frame  # with the first traceback (as below)
+
                     # faulthandler prints the innermost frame first; Python's tracebacks print it last
                     found = Frame(frame.group("file"), int(frame.group("line")), frame.group("func") or "")
                     state.frames.insert(0, found)
@@ -344,6 +350,8 @@ class TracebackAssembler:
 
     def _frame_or_code(self, state: _Pending, body: str) -> bool:
         """Consume a frame or source line; False when the line is the exception line."""
+        from crashdoc.failure_records import Frame  # a log without a traceback never builds the records' classes
+
         if body.startswith("  File ") or body.startswith('File "'):
             m = _FRAME.match(body)
             if m is not None:
@@ -381,6 +389,8 @@ class TracebackAssembler:
     def _close_exception(self, state: _Pending) -> None:
         if state.phase not in ("message", "end"):
             return
+        from crashdoc.failure_records import ExceptionInfo
+
         lines = state.message
         while len(lines) > 1 and not lines[-1].strip():
             lines.pop()
@@ -420,6 +430,8 @@ class TracebackAssembler:
         state.text_chars += len(text) + 1
 
     def _finish(self, state: _Pending) -> Traceback | None:
+        from crashdoc.failure_records import ExceptionInfo, Traceback
+
         if state.phase == "fatal":
             others = max(0, state.threads - 1) if state.threads else 0
             state.chain.append(

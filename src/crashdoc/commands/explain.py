@@ -42,7 +42,13 @@ def main(args: argparse.Namespace) -> int:
     diagnosed: list[tuple[str, list[Diagnosis], list[Diagnosis]]] = []
     if readable:
         library = load_library_or_fail(args.signatures, matching_only=True)
-        release, derived = derived_setup(args.sglang_version, args.sglang_source)
+        # without --sglang-source: the shipped derived signatures, read at the first traceback no reviewed
+        # signature answers (`matcher.shipped_derived`): a healthy log never imports them
+        release, derived = (
+            derived_setup(args.sglang_version, args.sglang_source)
+            if args.sglang_source is not None
+            else (release_option(args.sglang_version), None)
+        )
         release = release or interpreter_release(interpreter)  # --sglang-version / --sglang-source say first
         diagnosed = explain_texts(readable, library, release, derived)
         diagnosed = accepted_fixes(readable, diagnosed, args.launch_command, interpreter, derived)

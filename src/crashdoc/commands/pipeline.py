@@ -14,17 +14,16 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.engine import Engine, feed
-from crashdoc.diagnosis.report import DiagnosisBuilder
 from crashdoc.errors import UsageError, UserError
 from crashdoc.events import Thresholds
-from crashdoc.matching.derived import DerivedLibrary, load_shipped
 from crashdoc.matching.library import Library
-from crashdoc.matching.matcher import Matcher
+from crashdoc.matching.matcher import Matcher, shipped_derived
 
 if TYPE_CHECKING:
-    from crashdoc.diagnosis.report import UnitContext
+    from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.events import Diagnosis, Fix
+    from crashdoc.matching.derived import DerivedLibrary
     from crashdoc.sources.textinput import TextInput
 
 
@@ -45,7 +44,9 @@ def load_library_or_fail(dirs: Sequence[str] | None, *, matching_only: bool = Fa
 
 def diagnosis_builder() -> DiagnosisBuilder:
     """Diagnoses whose fixes are computed from the run's own numbers where a signature says how (`remedy.actions`,
-    imported when the first diagnosis is built: a log with no failure never pays for it)."""
+    imported when the first diagnosis is built: a log with no failure never pays for it, nor for `report.py`:
+    `build_engine` hands the engine this function, called at the first diagnosis)."""
+    from crashdoc.diagnosis.report import DiagnosisBuilder
 
     def refine(finding: Finding, ctx: UnitContext, fix: Fix) -> None:
         from crashdoc.remedy.actions import refine as actions_refine
@@ -69,6 +70,8 @@ def derived_setup(
 ) -> tuple[tuple[str, str] | None, DerivedLibrary]:
     """`--sglang-version` / `--sglang-source` -> (the release every diagnosis names, or None to read each unit's;
     the derived library to match with: the shipped one, plus the source's own when given)."""
+    from crashdoc.matching.derived import load_shipped
+
     release = release_option(version)
     shipped = load_shipped()
     if source is None:
@@ -94,7 +97,7 @@ def build_engine(
 ) -> Engine:
     """An engine; `release` is (version, where from) when `--sglang-version` / `--sglang-source` said which SGLang
     ran, above what each unit's files or log say."""
-    builder = diagnosis_builder()
+    builder = diagnosis_builder
     if role_of is None:
         return Engine(matcher, thresholds=thresholds, builder=builder, release_option=release, lone_lines=lone_lines)
     return Engine(
@@ -131,7 +134,7 @@ def explain_text_with_warnings(
     from crashdoc.sources.textlog import ParsedText, parse_text
 
     source = text if isinstance(text, TextInput) else TextInput("-", text)
-    engine = build_engine(matcher or Matcher(library, load_shipped()), release=release, lone_lines=True)
+    engine = build_engine(matcher or Matcher(library, shipped_derived), release=release, lone_lines=True)
     gpu = None
     parsed: ParsedText | StreamedText
     if source.streamed():
@@ -171,7 +174,7 @@ def explain_texts(
     release: tuple[str, str] | None = None,
     derived: DerivedLibrary | None = None,
 ) -> list[tuple[str, list[Diagnosis], list[Diagnosis]]]:
-    matcher = Matcher(library, derived if derived is not None else load_shipped())  # `or` would load it (len)
+    matcher = Matcher(library, derived if derived is not None else shipped_derived)  # `or` would load it (len)
     return [(name, *explain_text_with_warnings(text, library, matcher, release)) for name, text in sources]
 
 
@@ -215,7 +218,9 @@ def accepted_fixes(
     from crashdoc.remedy.accepted import pasted_launch
     from crashdoc.remedy.stage import RemedyStage
 
-    stage = RemedyStage(on_disk=False, derived=derived, interpreter=interpreter)
+    stage = RemedyStage(
+        on_disk=False, derived=derived if derived is not None else shipped_derived, interpreter=interpreter
+    )
     # the paste's text (the command above the log, its logged server_args); a large input read in blocks is
     # not kept whole (its memory stays bounded): its command comes from `--command` only
     texts = {name: source if isinstance(source, str) else source.text or "" for name, source in sources}

@@ -19,6 +19,7 @@ from crashdoc.diagnosis.run import Run
 from crashdoc.events import Thresholds
 
 if TYPE_CHECKING:  # the judgment is imported where a run failed: a healthy log never needs it
+    from crashdoc.diagnosis.failures import Crash, Transition
     from crashdoc.diagnosis.rootcause import Finding
 
 KEEP_CRASHES = 200  # crashes remembered per unit (for the dominant root cause)
@@ -33,31 +34,8 @@ class LoopState(StrEnum):
     STOPPED = "stopped"
 
 
-@dataclass(slots=True)
-class Crash:
-    """One crash the loop tracker counts: when, whether before ready, how it ended and its root cause."""
-
-    invocation: str
-    at: float
-    before_ready: bool
-    finding: Finding | None
-    exit: str | None
-    lifetime: float | None
-    hardware: str = ""  # the hardware diagnosis' signature when a GPU fault caused it (gpu-fault-<family>)
-
-
-@dataclass(slots=True)
-class Transition:
-    """A change of a unit's loop state, for the verdicts and the events others act on."""
-
-    unit: str
-    old: LoopState
-    new: LoopState
-    at: float
-    new_loop: bool = False  # a loop began (not a continuation after a short recovery)
-
-
-@dataclass(slots=True)
+# a working record, one object per unit: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class LoopTracker:
     """Whether a unit is crash-looping: its recent crashes against the thresholds."""
 
@@ -77,6 +55,8 @@ class LoopTracker:
         return self.state in (LoopState.LOOPING, LoopState.FAILED)
 
     def on_crash(self, inv: Run, finding: Finding | None, at: float) -> Transition | None:
+        from crashdoc.diagnosis.failures import Crash  # made once something failed (as Transition below)
+
         crash = Crash(inv.id, at, not inv.ready, finding, inv.exit_text(), inv.lifetime)
         self.crashes.append(crash)
         if len(self.crashes) > KEEP_TRACEBACKS:
@@ -164,4 +144,6 @@ class LoopTracker:
         if new in (LoopState.RECOVERED, LoopState.STOPPED):
             self.loop_crashes = deque(maxlen=KEEP_CRASHES)
             self.loop_crash_count = 0
+        from crashdoc.diagnosis.failures import Transition
+
         return Transition(self.unit, old, new, at, new_loop)

@@ -22,30 +22,26 @@ from collections.abc import Callable, Iterable
 from dataclasses import replace
 from typing import TYPE_CHECKING, Any, TypeAlias
 
-from crashdoc.assembly.markers import (
-    SERVING_LITERALS,
-    find_marker,
-    launches_sglang,
-    logged_release,
-    parse_server_args,
-)
+from crashdoc.assembly.markers import SERVING_LITERALS, find_marker, launches_sglang, logged_release, parse_server_args
 from crashdoc.assembly.traceback import TracebackAssembler
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
 from crashdoc.diagnosis.lone import judge_lone
-from crashdoc.diagnosis.report import DiagnosisBuilder
-from crashdoc.diagnosis.reporting import Reporter
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.reporting import Reporter, default_builder
+from crashdoc.diagnosis.run import Run
 from crashdoc.diagnosis.unitrecord import UnitRecord, begin
 from crashdoc.diagnosis.verdicts import SETTLE_GRACE, Verdicts
-from crashdoc.events import LaunchFacts, Lifecycle, LifecycleRecord, LogLine, Thresholds, Traceback, UnitState
+from crashdoc.events import Lifecycle, LifecycleRecord, LogLine, Thresholds
 from crashdoc.matching.matcher import Matcher
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
     from crashdoc.diagnosis.gpustate import GpuRecord
+    from crashdoc.diagnosis.report import DiagnosisBuilder
     from crashdoc.diagnosis.snapshot import EngineState, SavedText
     from crashdoc.diagnosis.views import EngineEvent, GpuView, RunView, UnitView
     from crashdoc.diagnosis_records import Diagnosis
+    from crashdoc.failure_records import Traceback
     from crashdoc.gpu_events import GpuEvent, HostGpus, UnitDevices
+    from crashdoc.unit_records import LaunchFacts, UnitState
 
 MAX_INVOCATIONS = 16
 MAX_FILE_CHANGES = 20
@@ -64,7 +60,7 @@ class Engine:
         *,
         thresholds: Thresholds | None = None,
         role_of: Callable[[str], str | None] = lambda unit: "any",
-        builder: DiagnosisBuilder | None = None,
+        builder: DiagnosisBuilder | Callable[[], DiagnosisBuilder] | None = None,
         release_option: tuple[str, str] | None = None,
         quiet_seconds: float = QUIET_SECONDS,
         lone_lines: bool = False,
@@ -77,7 +73,7 @@ class Engine:
         self._gpu_joins_seq = 0  # `_seq` when they were made: a line since may be a new run's or process's
         self.reporter = Reporter(
             get,
-            builder or DiagnosisBuilder(),
+            builder or default_builder,
             release_option,
             lambda: self._units,
             hardware=lambda unit, run, d: d if self._gpu is None else self._gpu.judge(unit, run, d),
@@ -195,6 +191,8 @@ class Engine:
         if self.lone_lines and match is None and marker is None:
             run.add_loose(line, seq)
         if match is not None:
+            from crashdoc.diagnosis.failures import LineHit  # a matched line: never in a healthy log
+
             run.add_line_hit(LineHit(match, line, seq))
             sig = matcher.library.get(match.signature_id)
             if sig is not None and sig.severity != "critical":
@@ -585,10 +583,13 @@ def feed(engine: Engine, events: Iterable[FeedEvent]) -> None:
             on_line(event, matcher)
         elif isinstance(event, LifecycleRecord):
             on_lifecycle(event)
-        elif isinstance(event, UnitState):
-            engine.on_unit_state(event)
-        elif isinstance(event, LaunchFacts):
-            engine.on_launch(event)
-        else:
-            engine.on_gpu(event)
+        else:  # D-Bus's unit states, launch facts, GPU records: never a paste's (their classes imported at the first)
+            from crashdoc.unit_records import LaunchFacts, UnitState
+
+            if isinstance(event, UnitState):
+                engine.on_unit_state(event)
+            elif isinstance(event, LaunchFacts):
+                engine.on_launch(event)
+            else:
+                engine.on_gpu(event)
     engine.judge()

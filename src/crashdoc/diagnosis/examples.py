@@ -8,8 +8,9 @@ from __future__ import annotations
 import re
 
 from crashdoc.assembly.traceback import TracebackAssembler
+from crashdoc.diagnosis.failures import LineHit
 from crashdoc.diagnosis.rootcause import is_consequence, line_findings, root_cause
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.run import Run
 from crashdoc.events import Match
 from crashdoc.matching.library import Example
 from crashdoc.matching.matcher import Facts, Matcher

@@ -11,7 +11,6 @@ import re
 
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.diagnosis.run import Run, request_record
-from crashdoc.events import ExceptionInfo, Traceback
 from crashdoc.matching.matcher import Matcher
 from crashdoc.text import LazyPattern
 
@@ -55,6 +54,8 @@ def judge_lone(inv: Run, matcher: Matcher) -> None:
         )
         if later >= _WENT_ON_LINES:
             continue  # the process went on logging: it survived this
+        from crashdoc.failure_records import ExceptionInfo, Traceback  # a failure stated by a lone line
+
         exc = ExceptionInfo(type="", message=message, line=body)
         inv.lone.append(
             Traceback(unit=inv.unit, pid=pid, chain=(exc,), rank=rank, header=text[:300], text=message, seq=seq)

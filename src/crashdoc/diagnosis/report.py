@@ -13,9 +13,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.events import FlagChange, UnitState
-from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
-from crashdoc.matching.derived import DerivedMatch, release_range
+from crashdoc.events import FlagChange
 from crashdoc.matching.flagnames import canonical
 from crashdoc.matching.library import Library, Signature
 from crashdoc.matching.matcher import Facts
@@ -28,6 +26,8 @@ if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a 
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.diagnosis.views import RunView
     from crashdoc.diagnosis_records import Diagnosis, Fix, FixTarget
+    from crashdoc.matching.derived import DerivedMatch
+    from crashdoc.unit_records import UnitState
 
 MAX_MESSAGE_CHARS = 4000
 MAX_NAMED_FLAGS = 6
@@ -73,6 +73,8 @@ class DiagnosisBuilder:
         captures = dict(finding.match.captures) if finding.match else {}
         derived = finding.derived if sig is None else None
         if derived is not None:
+            from crashdoc.matching.derived import CONFIDENCE as DERIVED_CONFIDENCE
+
             # no reviewed signature knows it: SGLang's own check, read from its source, answers
             sig = derived.signature.as_signature(finding.category_guess, derived.known)
             captures = dict(derived.captures)
@@ -233,6 +235,8 @@ def version_note(match: DerivedMatch | None, release: str) -> str | None:
     known = match.known or match.signature.releases
     if release not in known:
         return None
+    from crashdoc.matching.derived import release_range
+
     where = release_range(match.signature.releases, known)
     return (
         f"this check exists in {where}; the unit runs {release} "

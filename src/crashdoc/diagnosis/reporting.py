@@ -11,13 +11,14 @@ from dataclasses import replace
 from typing import TYPE_CHECKING
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
-from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
-from crashdoc.diagnosis.run import Handled, Run
+from crashdoc.diagnosis.run import Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.events import BAD_REQUEST
 from crashdoc.matching.matcher import Facts, Matcher
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
+    from crashdoc.diagnosis.failures import Handled
+    from crashdoc.diagnosis.report import DiagnosisBuilder, UnitContext
     from crashdoc.diagnosis.rootcause import Finding
     from crashdoc.diagnosis.views import RunView
     from crashdoc.diagnosis_records import Diagnosis
@@ -39,23 +40,37 @@ def sglang_release(option: tuple[str, str] | None, run: Run | None) -> tuple[str
     return NO_RELEASE
 
 
+def default_builder() -> DiagnosisBuilder:
+    """A builder without a fix refiner; `report.py` is imported with the first diagnosis (a healthy log has none)."""
+    from crashdoc.diagnosis.report import DiagnosisBuilder
+
+    return DiagnosisBuilder()
+
+
 class Reporter:
     """Builds a unit's diagnoses from the engine's records, with the current matcher."""
 
     def __init__(
         self,
         matcher: Callable[[], Matcher],
-        builder: DiagnosisBuilder,
+        builder: DiagnosisBuilder | Callable[[], DiagnosisBuilder] = default_builder,
         release_option: tuple[str, str] | None = None,
         units: Callable[[], Mapping[str, UnitRecord]] = dict,
         hardware: Callable[[str, RunView, Diagnosis], Diagnosis] | None = None,
     ) -> None:
         self.matcher = matcher
-        self.builder = builder
+        self._builder = builder  # a callable: called at the first diagnosis
         self.units = units  # every watched unit: a unit's peers (a PD counterpart, a router's workers)
         self.release_option = release_option  # (release, "where from") that `--sglang-version` and the like said
         # a crash's diagnosis as the kernel's GPU faults leave it (gpustate.GpuRecord.judge): hardware or not
         self.hardware = hardware
+
+    @property
+    def builder(self) -> DiagnosisBuilder:
+        builder = self._builder
+        if callable(builder):
+            builder = self._builder = builder()
+        return builder
 
     def flags(self, run: Run) -> dict[str, str]:
         """The run's SGLang flags: its command line (script included, as read when the run began) over
@@ -95,6 +110,8 @@ class Reporter:
                 (run.flags if run is not None and run.flags is not None else facts.flags),
             )
         release, release_from = sglang_release(self.release_option, run)
+        from crashdoc.diagnosis.report import UnitContext  # with the first diagnosis
+
         return UnitContext(
             unit=rec.name,
             role=rec.role,

@@ -22,7 +22,8 @@ from crashdoc.assembly.fingerprint import fingerprint_text, fingerprint_tracebac
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.traceback import FATAL_TYPE, TRACEBACK_HEAD
 from crashdoc.diagnosis.category import guess_category
-from crashdoc.diagnosis.run import LineHit, Run
+from crashdoc.diagnosis.failures import LineHit
+from crashdoc.diagnosis.run import Run
 from crashdoc.events import ExceptionInfo, Match, Traceback
 from crashdoc.matching.derived import DerivedMatch
 from crashdoc.matching.matcher import Facts, Matcher

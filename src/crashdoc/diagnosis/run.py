@@ -17,14 +17,19 @@ native crash dump is fatal from the start.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from crashdoc.assembly.fingerprint import fingerprint_traceback
 from crashdoc.assembly.logline import split_prefix
 from crashdoc.assembly.markers import TEARDOWN_KINDS, handled_wording
 from crashdoc.assembly.traceback import FATAL_TYPE
-from crashdoc.events import BAD_REQUEST, LifecycleRecord, LogLine, Marker, Match, Traceback
+from crashdoc.events import BAD_REQUEST, LifecycleRecord, LogLine, Marker
 from crashdoc.sources.lifecycle import describe_exit
 from crashdoc.text import LazyPattern
+
+if TYPE_CHECKING:
+    from crashdoc.diagnosis.failures import Handled, LineHit
+    from crashdoc.failure_records import Traceback
 
 MAX_TRACEBACKS = 16
 MAX_LINE_MATCHES = 32
@@ -33,31 +38,8 @@ MAX_HANDLED = 16
 MAX_LOOSE = 400
 
 
-@dataclass(slots=True)
-class LineHit:
-    """A line a line-level signature matched, with where it came in the run."""
-
-    match: Match
-    line: LogLine
-    seq: int = 0  # the number of the line, in the order the engine read them
-
-
-@dataclass(slots=True)
-class Handled:
-    """A traceback the run survived: a warning, not a crash."""
-
-    traceback: Traceback
-    reason: str  # in words, for the output
-    how: str  # logged (SGLang said it carries on) | ready | serving (the run went on) | running (systemd says so)
-    count: int = 1  # the same error again (same fingerprint: another rank, port or request)
-    kind: str = ""  # its kind of failure, once the engine has matched it
-    kept: bool = True  # False past MAX_HANDLED distinct errors: counted, not kept
-    request: bool = False  # raised while serving one request (a request handler's error answer): kind "bad request"
-    fingerprint: str = ""
-    processes: list[str] = field(default_factory=list)  # the ranks or PIDs that logged it (bounded)
-
-
-@dataclass(slots=True)
+# a working record, one object per run: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class Run:
     """One systemd run of a unit (one invocation, or one pasted log): its lines' evidence and how it ended."""
 
@@ -203,6 +185,8 @@ class Run:
                 if who not in seen.processes and len(seen.processes) < MAX_HANDLED:
                     seen.processes.append(who)
                 return seen
+        from crashdoc.diagnosis.failures import Handled  # a healthy log survives no traceback: never built
+
         entry = Handled(tb, reason, how, kept=len(self.handled) < MAX_HANDLED, fingerprint=fingerprint, processes=[who])
         if reason.startswith(REQUEST_REASON):
             entry.request, entry.kind = True, BAD_REQUEST

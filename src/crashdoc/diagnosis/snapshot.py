@@ -27,10 +27,11 @@ from typing import Any
 
 from crashdoc.assembly.traceback import _Pending
 from crashdoc.diagnosis.configchange import FileChange
-from crashdoc.diagnosis.crashloop import Crash, LoopState, LoopTracker
+from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
+from crashdoc.diagnosis.failures import Crash, Handled, LineHit
 from crashdoc.diagnosis.gpustate import GpuRecord
 from crashdoc.diagnosis.rootcause import Finding
-from crashdoc.diagnosis.run import Handled, LineHit, Run
+from crashdoc.diagnosis.run import Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.diagnosis.views import EngineEvent
 from crashdoc.events import (

@@ -8,7 +8,8 @@ from collections import Counter, OrderedDict, deque
 from enum import Enum
 from typing import Any
 
-from crashdoc.diagnosis.crashloop import LoopState, Transition
+from crashdoc.diagnosis.crashloop import LoopState
+from crashdoc.diagnosis.failures import Transition
 from crashdoc.diagnosis.snapshot import SCHEMA, EngineState, SnapshotError, build, checked
 from crashdoc.events import Lifecycle, Thresholds
 

@@ -11,18 +11,20 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING
 
 from crashdoc.diagnosis.crashloop import LoopState, LoopTracker
-from crashdoc.diagnosis.run import Handled, Run
-from crashdoc.events import LaunchFacts, UnitState
+from crashdoc.diagnosis.run import Run
 
 if TYPE_CHECKING:  # imported where they are made: `explain` of a healthy log makes none of them
     from crashdoc.diagnosis.configchange import FileChange
+    from crashdoc.diagnosis.failures import Handled
     from crashdoc.diagnosis.views import UnitView
     from crashdoc.diagnosis_records import Diagnosis
+    from crashdoc.unit_records import LaunchFacts, UnitState
 
 MAX_LAUNCHES = 8  # commands whose launch facts a unit keeps (its ExecStart, the argv its processes logged)
 
 
-@dataclass(slots=True)
+# a working record, one object per unit: compared by identity (no generated __eq__ to build at import)
+@dataclass(slots=True, eq=False)
 class UnitRecord:
     """The engine's working record of one watched unit: its runs, loop, state and counts."""
 

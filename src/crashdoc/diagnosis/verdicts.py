@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from crashdoc.diagnosis.crashloop import LoopState, Transition
+from crashdoc.diagnosis.crashloop import LoopState
 from crashdoc.diagnosis.reporting import Reporter
-from crashdoc.diagnosis.run import Handled, Run
+from crashdoc.diagnosis.run import Run
 from crashdoc.diagnosis.unitrecord import UnitRecord
 from crashdoc.events import HARDWARE, Thresholds
 
 if TYPE_CHECKING:  # imported where they are made or first used: `explain` of a healthy log needs none of them
+    from crashdoc.diagnosis.failures import Handled, Transition
     from crashdoc.diagnosis.views import EngineEvent
     from crashdoc.diagnosis_records import Diagnosis
 

@@ -7,15 +7,18 @@ grows. Only the few patterns the set reports are run again, alone, for their cap
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 import re2
 
 from crashdoc.assembly.markers import MARKERS
-from crashdoc.events import ExceptionInfo, Match, Traceback
-from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 from crashdoc.matching.library import Library, Signature
+
+if TYPE_CHECKING:
+    from crashdoc.failure_records import ExceptionInfo, Match, Traceback
+    from crashdoc.matching.derived import DerivedLibrary, DerivedMatch
 
 _LITERAL_WEIGHT_CAP = 60
 _MARKER_LITERALS = tuple(literal for _, literal in MARKERS)  # after the line signatures in the scan set
@@ -95,14 +98,20 @@ class _LazyRegex:
         return compiled.search(text)
 
 
-@dataclass(frozen=True, slots=True)
 class _Compiled:
-    """A signature with its message and frame patterns, compiled on first use."""
+    """A signature with its message and frame patterns, compiled on first use. A plain class: one per signature
+    is built with every matcher, and nothing compares, hashes or prints them (a frozen dataclass cost ~0.5 ms of
+    generated methods at import and an `object.__setattr__` per field at each build)."""
 
-    signature: Signature
-    message: _LazyRegex | None
-    frame: _LazyRegex | None
-    model: _LazyRegex | None
+    __slots__ = ("frame", "message", "model", "signature")
+
+    def __init__(
+        self, signature: Signature, message: _LazyRegex | None, frame: _LazyRegex | None, model: _LazyRegex | None
+    ) -> None:
+        self.signature = signature
+        self.message = message
+        self.frame = frame
+        self.model = model
 
     @property
     def specificity(self) -> int:
@@ -153,12 +162,21 @@ class _PatternSet:
         return match(text.encode("utf-8")) or []
 
 
+def shipped_derived() -> DerivedLibrary:
+    """The package's derived signatures (`derived.load_shipped`), for a matcher to call at its first traceback no
+    reviewed signature answers: a log without one never imports them (the module, its records: ~3 ms of `explain`)."""
+    from crashdoc.matching.derived import load_shipped
+
+    return load_shipped()
+
+
 class Matcher:
     """Finds the signatures that recognise a traceback, a log line or an exit."""
 
-    def __init__(self, library: Library, derived: DerivedLibrary | None = None) -> None:
+    def __init__(self, library: Library, derived: DerivedLibrary | Callable[[], DerivedLibrary] | None = None) -> None:
         self.library = library
-        self.derived = derived  # answers only what no reviewed signature matches
+        # answers only what no reviewed signature matches; a callable (`shipped_derived`) is called when first needed
+        self.derived = derived
         self._traceback: list[_Compiled] = []
         self._by_type: list[_Compiled] = []  # exception-type-only signatures (no message pattern)
         self._line: list[_Compiled] = []
@@ -257,6 +275,8 @@ class Matcher:
                 return None
             captures = {k: v for k, v in m.groupdict().items() if v is not None}
             line = _line_at(exc, m.start())
+        from crashdoc.failure_records import Match  # a log nothing matches never builds the records' classes
+
         return Match(sig.id, captures, line, score)
 
     def _context_score(self, compiled: _Compiled, facts: Facts) -> int | None:
@@ -277,11 +297,12 @@ class Matcher:
 
     def match_derived(self, tb: Traceback, facts: Facts | None = None) -> DerivedMatch | None:
         """The derived signature for the exception finally raised (or one it was chained from)."""
-        if self.derived is None:
+        derived = self.derived_library()
+        if derived is None:
             return None
         release = facts.sglang_release if facts is not None and facts.sglang_release else None
         for exc in reversed(tb.chain):
-            found = self.derived.match(exc.message, exc.type, release)
+            found = derived.match(exc.message, exc.type, release)
             if found is not None:
                 return found
         return None
@@ -289,10 +310,20 @@ class Matcher:
     def knows_message(self, text: str) -> bool:
         """Whether a reviewed or derived signature knows `text` as an exception message: a lone line of a
         pasted log (no traceback, no exception type) that states a failure SGLang raises."""
+        from crashdoc.failure_records import ExceptionInfo
+
         exc = ExceptionInfo(type="", message=text, line=text.split("\n", 1)[0])
         if self.match_exception(exc, Facts()):
             return True
-        return self.derived is not None and self.derived.match(text, "") is not None
+        derived = self.derived_library()
+        return derived is not None and derived.match(text, "") is not None
+
+    def derived_library(self) -> DerivedLibrary | None:
+        """The derived signatures, read (when given as a callable) at their first use."""
+        derived = self.derived
+        if callable(derived):
+            derived = self.derived = derived()  # one attribute: another thread sees the callable or the library
+        return derived
 
     # --- lines ---------------------------------------------------------------------------
 
@@ -329,6 +360,8 @@ class Matcher:
                 continue
             score = 50 + compiled.signature.priority + compiled.specificity
             if best is None or score > best.score:
+                from crashdoc.failure_records import Match
+
                 captures = {k: v for k, v in m.groupdict().items() if v is not None}
                 best = Match(compiled.signature.id, captures, text.strip(), score)
         return best
@@ -337,6 +370,8 @@ class Matcher:
 
     def match_exit(self, exit_code: str | None, exit_status: str | None, result: str | None) -> list[Match]:
         """Signatures about how the process ended, for crashes that left no traceback or line."""
+        from crashdoc.failure_records import Match
+
         matches: list[Match] = []
         observed = {"code": exit_code, "status": exit_status, "result": result}
         for sig in self._exit:

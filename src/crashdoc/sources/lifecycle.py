@@ -10,6 +10,7 @@ from __future__ import annotations
 import re
 
 from crashdoc.events import Lifecycle, LifecycleRecord
+from crashdoc.text import LazyPattern
 
 MESSAGE_IDS: dict[str, Lifecycle] = {
     "5eb03494b6584870a536b337290809b3": Lifecycle.RESTART_SCHEDULED,
@@ -23,20 +24,20 @@ MESSAGE_IDS: dict[str, Lifecycle] = {
 COREDUMP_MESSAGE_ID = "fc2e22bc6ee647b6b90729ab34a250b1"
 START_LIMIT_TEXT = "Start request repeated too quickly"
 
-_UNIT_PREFIX = re.compile(r"^(?P<unit>[\w@:.\\-]+\.(?:service|socket|target|scope|mount|timer)): (?P<rest>.*)$")
-_TEXT_RULES: tuple[tuple[re.Pattern[str], Lifecycle], ...] = (
-    (re.compile(r"Scheduled restart job, restart counter is at (?P<n>\d+)"), Lifecycle.RESTART_SCHEDULED),
+_UNIT_PREFIX = LazyPattern(r"^(?P<unit>[\w@:.\\-]+\.(?:service|socket|target|scope|mount|timer)): (?P<rest>.*)$")
+_TEXT_RULES: tuple[tuple[LazyPattern, Lifecycle], ...] = (
+    (LazyPattern(r"Scheduled restart job, restart counter is at (?P<n>\d+)"), Lifecycle.RESTART_SCHEDULED),
     (
-        re.compile(r"Main process exited, code=(?P<code>\w+), status=(?P<status>[^\s/]+)(?:/(?P<name>\S+))?"),
+        LazyPattern(r"Main process exited, code=(?P<code>\w+), status=(?P<status>[^\s/]+)(?:/(?P<name>\S+))?"),
         Lifecycle.EXITED,
     ),
-    (re.compile(r"Failed with result '(?P<result>[\w-]+)'"), Lifecycle.FAILED),
-    (re.compile(re.escape(START_LIMIT_TEXT)), Lifecycle.START_LIMIT_HIT),
-    (re.compile(r"killed by the OOM killer"), Lifecycle.OOM_KILL),
-    (re.compile(r"Deactivated successfully"), Lifecycle.DEACTIVATED),
+    (LazyPattern(r"Failed with result '(?P<result>[\w-]+)'"), Lifecycle.FAILED),
+    (LazyPattern(re.escape(START_LIMIT_TEXT)), Lifecycle.START_LIMIT_HIT),
+    (LazyPattern(r"killed by the OOM killer"), Lifecycle.OOM_KILL),
+    (LazyPattern(r"Deactivated successfully"), Lifecycle.DEACTIVATED),
 )
-_STARTED = re.compile(r"^Started (?P<unit>[\w@:.\\-]+\.service)\b")
-_FAILED_TO_START = re.compile(r"^Failed to start (?P<unit>[\w@:.\\-]+\.service)\b")
+_STARTED = LazyPattern(r"^Started (?P<unit>[\w@:.\\-]+\.service)\b")
+_FAILED_TO_START = LazyPattern(r"^Failed to start (?P<unit>[\w@:.\\-]+\.service)\b")
 
 
 def parse_pid1_text(message: str, timestamp: float = 0.0) -> LifecycleRecord | None:
@@ -106,7 +107,7 @@ def describe_exit(code: str | None, status: str | None) -> str | None:
     return f"{code} {status or ''}".strip()
 
 
-_OOM_TASK_MEMCG = re.compile(r"task_memcg=(?P<cgroup>[^,\s]+)")
+_OOM_TASK_MEMCG = LazyPattern(r"task_memcg=(?P<cgroup>[^,\s]+)")
 
 
 def kernel_oom_unit(message: str) -> str | None:
