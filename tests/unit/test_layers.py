@@ -1,7 +1,7 @@
 """The folder tree is the pipeline: a module imports only from its own layer or the layers below it.
 
 Bottom modules (events, gpu_events, diagnosis_records, failure_records, unit_records, errors, redact, text,
-yamlfile, lean) import nothing of crashdoc's layers; sources < assembly < matching < diagnosis < remedy < authoring <
+yamlfile, lean, collector) import nothing of crashdoc's layers; sources < assembly < matching < diagnosis < remedy < authoring <
 outputs < config < runtime < commands < cli. The sandbox is test and demo infrastructure, imported only by commands
 and the tests. The engine's working records are its own: the rest of the package reads what it publishes
 (diagnosis.views).
@@ -41,6 +41,7 @@ LAYERS: dict[str, int] = {
     "text": 0,
     "yamlfile": 0,
     "lean": 0,
+    "collector": 0,
     "sandbox": 0,
     "sources": 1,
     "assembly": 2,

@@ -11,12 +11,10 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import gc
 import os
 import re
 import sys
 import time
-from collections.abc import Iterator
 from datetime import datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -68,7 +66,11 @@ def main(args: argparse.Namespace) -> int:
     """One shot over the host journal or copied journal files."""
     if args.file:  # text logs among them are read as `explain` reads them, the collector on as there
         return _diagnose(args)
-    with _collector_paused():
+    from crashdoc.collector import collector_paused
+
+    # reference counts free what reading makes (2M entries peaked at 114.5 MB without the collector, 115-117 with
+    # it); its passes over what the library and the engine keep cost ~10 ms of a tenth's 300k, ~20 ms of the half
+    with collector_paused(freeze=True):
         return _diagnose(args)
 
 
@@ -230,23 +232,6 @@ def _diagnose(args: argparse.Namespace) -> int:
     else:
         sys.stdout.write(diagnoses_text(diagnoses, warnings=warnings, color=sys.stdout.isatty()))
     return max(EXIT_READ_NOTHING if problems else EXIT_OK, EXIT_FAILURE_FOUND if diagnoses else EXIT_OK)
-
-
-@contextlib.contextmanager
-def _collector_paused() -> Iterator[None]:
-    """`diagnose` of a journal without the cyclic collector: what it makes is freed by reference counting (no
-    cycles pile up: 2M entries peaked at 111-112 MB without it, 115-117 MB with it), and its passes over what the
-    library and the engine keep cost ~10 ms of a tenth's 300k, ~20 ms of the half's, ~0.3 s of 2M. Turned back on
-    after, what was made frozen first (the collector's next pass would walk all of it, ~7 ms, as the process ends;
-    a caller's process still frees it by reference counts)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.freeze()
-            gc.enable()
 
 
 def _gpu_facts(config: Config, live: bool) -> GpuFactsReader:

@@ -5,10 +5,8 @@ from __future__ import annotations
 import ast
 import builtins
 import dataclasses
-import gc
 from collections import Counter
-from collections.abc import Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -287,16 +285,3 @@ def _statement(
         result.failures.append(Failure(result.path, stmt.lineno, "; ".join(template.gaps), True, True))
     code = lines[stmt.lineno - 1].strip() if 0 < stmt.lineno <= len(lines) else kind
     result.statements.append(Statement(result.path, stmt.lineno, function, kind, written, printed, template, code))
-
-
-@contextmanager
-def no_gc() -> Iterator[None]:
-    """Parsing allocates millions of nodes, freed by reference counting (syntax trees hold no cycles):
-    letting the cycle collector walk them again and again is most of the cost otherwise."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
