@@ -2,8 +2,8 @@
 
 Bottom modules (events, gpu_events, diagnosis_records, failure_records, unit_records, errors, redact, text,
 yamlfile, lean, collector) import nothing of crashdoc's layers; sources < assembly < matching < diagnosis < remedy <
-authoring < outputs < config < runtime < commands < cli. The sandbox is test and demo infrastructure, imported only by commands
-and the tests. The engine's working records are its own: the rest of the package reads what it publishes
+authoring < outputs < config < runtime < commands < cli. The sandbox is test and demo infrastructure, imported only by
+commands and the tests. The engine's working records are its own: the rest of the package reads what it publishes
 (diagnosis.views).
 """
 
