@@ -115,7 +115,9 @@ def test_reading_ahead_gives_the_same_events_and_positions_as_reading_in_turn(tm
         assert (ahead.cursor, ahead.stats.last_timestamp) == (turn.cursor, turn.stats.last_timestamp)
         if len(got) > 500 and len(got) - len(batch) <= 500:
             assert ahead._ahead.position() is not None  # a walk runs past what was handed out
-            ahead.newest_timestamp()  # uses the reader: the walk is dropped, the reader goes back
+            ahead.newest_timestamp()  # the lag: the files' headers, the walk waited for and kept
+            assert ahead._ahead.position() is not None
+            ahead.fileno()  # uses the reader: the walk is dropped, the reader goes back
             assert ahead._ahead.position() is None
     while not ahead.at_end:
         got += ahead.read(150)
@@ -141,7 +143,8 @@ def test_the_first_walk_starts_where_the_reader_was_placed(tmp_path: Path) -> No
             s.start_reading(100)
             assert s._ahead is not None and s._ahead.position() is None  # no entry handed out yet
         if ask:
-            s.newest_timestamp()  # uses the reader: the walk is dropped, the reader placed again
+            assert s.newest_timestamp() == 1_800_000_000.6  # the last of 601 entries; the walk waited for, kept
+            s.fileno()  # uses the reader: the walk is dropped, the reader placed again
         out: list[object] = []
         while not s.at_end:
             out += s.read(100)

@@ -533,6 +533,18 @@ int crashdoc_ahead_join(void *state) {
     return 1;
 }
 
+/* wait until the running walk, if any, has walked its batch, which stays for the next read: the reader may then be
+ * asked what does not move it (the journal's ends) without dropping the walk and placing the reader again */
+void crashdoc_ahead_wait(void *state) {
+    Ahead *a = state;
+    if (!a->running) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_mutex_lock(&a->lock);
+    while (a->job != NULL) pthread_cond_wait(&a->done, &a->lock);
+    pthread_mutex_unlock(&a->lock);
+    Py_END_ALLOW_THREADS
+}
+
 /* 1 while the worker walks (its batch not walked yet): the caller's work meanwhile waits for nothing */
 int crashdoc_ahead_walking(void *state) {
     Ahead *a = state;

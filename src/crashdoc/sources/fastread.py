@@ -87,6 +87,8 @@ class ReadAhead:
         self._drop = lib.crashdoc_ahead_drop
         self._walking = lib.crashdoc_ahead_walking
         self._walking.argtypes, self._walking.restype = (ctypes.c_void_p,), ctypes.c_int
+        self._wait = lib.crashdoc_ahead_wait
+        self._wait.argtypes, self._wait.restype = (ctypes.c_void_p,), None
         self._read.argtypes = (ctypes.py_object, ctypes.c_void_p, ctypes.c_long, *(ctypes.py_object,) * 2)
         self._read.argtypes += (ctypes.c_long, *(ctypes.py_object,) * 3)
         self._read.restype = ctypes.py_object
@@ -128,6 +130,11 @@ class ReadAhead:
     def walking(self) -> bool:
         """Whether the worker is still walking the next batch (a read now would wait for it)."""
         return bool(self._walking(self._state))
+
+    def wait(self) -> None:
+        """Wait until the running walk has walked its batch (kept for the next read): the reader may then be asked
+        what does not move it, such as the journal's ends, without the walk dropped and the reader placed again."""
+        self._wait(self._state)
 
     def position(self) -> tuple[str, float] | None:
         """(cursor, realtime in seconds) of the last entry handed out while a walk runs past it; else None."""
