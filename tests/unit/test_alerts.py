@@ -17,6 +17,7 @@ import pytest
 from crashdoc.events import Diagnosis, Fix, FlagChange, RootCause
 from crashdoc.outputs.alerts import ALERTNAME, AlertSender, alert_annotations, alert_labels
 from crashdoc.outputs.metrics import Health
+from support.peers import accept_in_thread
 
 UNIT = "sglang-prefill.service"
 KEY = "sk-live-0123456789abcdef0123456789"
@@ -248,16 +249,11 @@ def test_update_returns_while_alertmanager_hangs(senders: list[AlertSender]) -> 
     accepted: list[socket.socket] = []
     got = threading.Event()
 
-    def accept() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            accepted.append(conn)
-            got.set()
+    def hold(conn: socket.socket) -> None:  # accepted, never answered
+        accepted.append(conn)
+        got.set()
 
-    threading.Thread(target=accept, daemon=True).start()
+    accept_in_thread(server, hold)
     try:
         s = AlertSender(f"http://127.0.0.1:{server.getsockname()[1]}", "h", runbook_url, Health(), timeout=1.0)
         senders.append(s)
@@ -306,18 +302,13 @@ def test_an_alertmanager_whose_certificate_is_not_trusted_is_a_tls_error(senders
     context.load_cert_chain(cert, key)
     server = socket.create_server(("127.0.0.1", 0))
 
-    def serve() -> None:
-        while True:
-            try:
-                conn, _ = server.accept()
-            except OSError:
-                return
-            try:
-                context.wrap_socket(conn, server_side=True).close()
-            except OSError:
-                conn.close()
+    def handshake(conn: socket.socket) -> None:
+        try:
+            context.wrap_socket(conn, server_side=True).close()
+        except OSError:
+            conn.close()
 
-    threading.Thread(target=serve, daemon=True).start()
+    accept_in_thread(server, handshake)
     try:
         s = AlertSender(f"https://127.0.0.1:{server.getsockname()[1]}", "h", runbook_url, Health(), timeout=2)
         senders.append(s)
