@@ -241,6 +241,14 @@ def test_refused_connections_count_as_errors_through_the_real_transport(senders:
     assert len(logged) == 1, "a down Alertmanager is logged once, not on every retry"
 
 
+def sending_to(url: str, senders: list[AlertSender], timeout: float) -> AlertSender:
+    """A sender with the real HTTP transport to `url`, sending one diagnosis (stopped by the fixture)."""
+    s = AlertSender(url, "h", runbook_url, Health(), timeout=timeout)
+    senders.append(s)
+    s.update({UNIT: diagnosis()})
+    return s
+
+
 def test_update_returns_while_alertmanager_hangs(senders: list[AlertSender]) -> None:
     """A peer that accepts and never answers: the daemon's calls return at once, the POST times out."""
     server = socket.socket()
@@ -255,9 +263,7 @@ def test_update_returns_while_alertmanager_hangs(senders: list[AlertSender]) -> 
 
     accept_in_thread(server, hold)
     try:
-        s = AlertSender(f"http://127.0.0.1:{server.getsockname()[1]}", "h", runbook_url, Health(), timeout=1.0)
-        senders.append(s)
-        s.update({UNIT: diagnosis()})
+        s = sending_to(f"http://127.0.0.1:{server.getsockname()[1]}", senders, timeout=1.0)
         s.tick()
         # had update() waited for the POST, the 1 s timeout would already have counted an error
         assert s.health.alert_errors == 0 and s.health.alerts_sent == 0
@@ -310,9 +316,7 @@ def test_an_alertmanager_whose_certificate_is_not_trusted_is_a_tls_error(senders
 
     accept_in_thread(server, handshake)
     try:
-        s = AlertSender(f"https://127.0.0.1:{server.getsockname()[1]}", "h", runbook_url, Health(), timeout=2)
-        senders.append(s)
-        s.update({UNIT: diagnosis()})
+        s = sending_to(f"https://127.0.0.1:{server.getsockname()[1]}", senders, timeout=2)
         wait_until(lambda: s.health.alert_errors >= 1)
         assert "TLS: certificate verify failed" in s.last_error, s.last_error
     finally:
