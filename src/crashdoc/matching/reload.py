@@ -46,6 +46,10 @@ class LibraryHolder:
         self.errors = 0
         self.last_error = ""
         self._files = FileCache(matching_only, validate_apart=validate_apart)
+        self._asked = threading.Lock()  # guards the two flags below, between the daemon's thread and the loader's
+        self._wanted = False  # a load was asked since the last one began
+        self._loading = False  # a loader thread runs
+        self._done: Callable[[], None] = lambda: None  # called after each load (the latest asker's)
         # the first load must succeed; `compiled`: read back validated from the cache when the files are unchanged
         library = load_library(self.folders, self._files, compiled, matching_only=matching_only)
         self._matcher = Matcher(library, derived).compile()
@@ -61,6 +65,27 @@ class LibraryHolder:
     def shown(self, sig: Signature) -> Signature:
         """`sig` (of this library) as a page shows it: with its runbook text, read from its file when not kept."""
         return with_text(sig) if self._files.matching_only else sig
+
+    def reload_apart(self, done: Callable[[], None]) -> None:
+        """Load again on a thread of its own, then call `done`: the files an edit changed are checked against the
+        schema in a child (~0.3 s) that the daemon's reading does not wait for; the matcher is swapped in one
+        assignment. Asked while a load runs, one more follows it (it sees the newest files)."""
+        with self._asked:
+            self._wanted, self._done = True, done
+            if self._loading:
+                return
+            self._loading = True
+        threading.Thread(target=self._load_while_wanted, name="crashdoc-library", daemon=True).start()
+
+    def _load_while_wanted(self) -> None:
+        while True:
+            with self._asked:
+                if not self._wanted:
+                    self._loading = False
+                    return
+                self._wanted, done = False, self._done
+            self.reload()
+            done()
 
     def reload(self) -> bool:
         """Load again; True when the new library replaced the old one."""

@@ -447,11 +447,15 @@ class Daemon:
                 self._refresh_unit(unit)
 
     def _reload_library(self) -> None:
-        with self.lock:
-            self.holder.reload()
-            self.health.signatures_loaded = len(self.holder.library)
-            self.health.signature_reloads = self.holder.reloads
-            self.health.signature_reload_errors = self.holder.errors
+        """On the library's own thread: reading goes on while the edited files are checked (in a child)."""
+
+        def loaded() -> None:
+            with self.lock:
+                self.health.signatures_loaded = len(self.holder.library)
+                self.health.signature_reloads = self.holder.reloads
+                self.health.signature_reload_errors = self.holder.errors
+
+        self.holder.reload_apart(loaded)
 
     def _act(self) -> bool:
         """Carry out what the engine decided, in order, each loop event once the remedy stage has applied its
