@@ -3,8 +3,12 @@ kept (memory that grew with the journal's length), and matching answers the same
 
 from __future__ import annotations
 
-from crashdoc.matching.derived import DerivedLibrary, _read_shipped, load_shipped
-from crashdoc.matching.matcher import _KeptPrograms, _LazyRegex
+import re
+
+import re2
+
+from crashdoc.matching.derived import DerivedLibrary, _head, _read_shipped, load_shipped
+from crashdoc.matching.programs import COLD_MAX_MEM, KeptPrograms, LazyRegex, re2_options
 from crashdoc.remedy.accepted import release_checks
 
 
@@ -24,8 +28,8 @@ def test_a_releases_checks_leave_the_derived_signatures_unbuilt():
 
 
 def test_programs_of_patterns_searched_long_ago_are_dropped_and_built_again_on_use():
-    kept = _KeptPrograms(size=4)
-    regexes = [_LazyRegex(rf"^error {i}: (?P<what>\w+)$", kept) for i in range(10)]
+    kept = KeptPrograms(size=4)
+    regexes = [LazyRegex(rf"^error {i}: (?P<what>\w+)$", kept) for i in range(10)]
     for i, regex in enumerate(regexes):
         assert regex.search(f"error {i}: boom") is not None
     assert sum(r._compiled is not None for r in regexes) == 4  # the last four used
@@ -34,6 +38,35 @@ def test_programs_of_patterns_searched_long_ago_are_dropped_and_built_again_on_u
     assert m is not None and m.group("what") == "again"
     assert regexes[0]._compiled is not None and regexes[5]._compiled is None
     assert regexes[0].search("error 1: other") is None
+
+
+def test_every_shipped_derived_pattern_compiles_at_the_budget_of_a_pattern_searched_once_per_crash():
+    rows = load_shipped()._rows
+    assert len(rows) > 1000
+    for row in rows:
+        re2.compile(_head(row)[2], re2_options(COLD_MAX_MEM))  # raises re2.error on a program over the budget
+
+
+def test_the_derived_programs_kept_stay_few_after_many_distinct_messages_and_match_the_same():
+    few = DerivedLibrary([], (), loader=_read_shipped)
+    few._kept.size = 4
+    every = DerivedLibrary([], (), loader=_read_shipped)
+    every._kept.size = 1 << 20  # none dropped: what matching answered before programs were let go
+    messages = [
+        (sig.exception_type, re.sub(r"\{[^{}]*\}", "7", sig.template) + f" (run {i})")
+        for i, sig in enumerate(load_shipped().signatures())
+    ][:400]
+    answers = []
+    for type_, message in messages * 2:  # twice: a program dropped is compiled again and answers the same
+        found = few.match(message, type_)
+        expected = every.match(message, type_)
+        assert (found and (found.signature.id, found.captures)) == (
+            expected and (expected.signature.id, expected.captures)
+        )
+        answers.append(found is not None)
+    assert sum(answers) > 300, "most messages made from the templates are recognised"
+    assert len(few._kept) <= 4 and sum(r._compiled is not None for r in few._programs.values()) <= 4
+    assert sum(r._compiled is not None for r in every._programs.values()) > 300
 
 
 def test_a_search_reads_the_derived_data_the_matcher_has_not_read_for_itself_and_lets_it_go_with_it():
