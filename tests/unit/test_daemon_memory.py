@@ -5,10 +5,13 @@ from __future__ import annotations
 
 import re
 
+import pytest
 import re2
 
 from crashdoc.matching.derived import DerivedLibrary, _head, _read_shipped, load_shipped
-from crashdoc.matching.programs import COLD_MAX_MEM, KeptPrograms, LazyRegex, re2_options
+from crashdoc.matching.library import builtin_signature_dirs, load_library
+from crashdoc.matching.matcher import Matcher, _budgets, _PatternSet
+from crashdoc.matching.programs import COLD_MAX_MEM, HOT_MAX_MEM, KeptPrograms, LazyRegex, re2_options
 from crashdoc.remedy.accepted import release_checks
 
 
@@ -67,6 +70,28 @@ def test_the_derived_programs_kept_stay_few_after_many_distinct_messages_and_mat
     assert sum(answers) > 300, "most messages made from the templates are recognised"
     assert len(few._kept) <= 4 and sum(r._compiled is not None for r in few._programs.values()) <= 4
     assert sum(r._compiled is not None for r in every._programs.values()) > 300
+
+
+def test_a_set_too_large_for_its_budget_gets_a_little_more_and_finds_the_same():
+    library = load_library(builtin_signature_dirs())
+    messages = Matcher(library)._message_set
+    messages.compile()
+    assert messages.budget == COLD_MAX_MEM, "the built-in library's message set compiles at the budget it is given"
+    patterns = [s.message for s in library.signatures if s.kind == "traceback" and s.message]
+    small = _PatternSet(patterns, 1 << 20)  # a quarter of what the set needs
+    small.compile()
+    steps = list(_budgets(1 << 20))
+    assert small.budget < 8 << 20 and steps.index(small.budget) > 0, "more than it was given, far less than 64 MB"
+    below = re2.Set.SearchSet(re2_options(steps[steps.index(small.budget) - 1]))
+    for pattern in patterns:
+        below.Add(pattern)
+    with pytest.raises(re2.error):
+        below.Compile()  # the step before was too small: the first budget that compiles is taken
+    most = _PatternSet(patterns, HOT_MAX_MEM)
+    texts = [e.text for s in library.signatures for e in (*s.examples, *s.near_misses)]
+    assert sum(bool(most.hits(text)) for text in texts) > 200, "the examples are recognised"
+    for text in texts * 3:  # three passes: the small set's DFA is spent and rebuilt on the way
+        assert small.hits(text) == most.hits(text)
 
 
 def test_a_search_reads_the_derived_data_the_matcher_has_not_read_for_itself_and_lets_it_go_with_it():

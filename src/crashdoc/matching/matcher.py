@@ -7,7 +7,7 @@ grows. Only the few patterns the set reports are run again, alone, for their cap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -63,6 +63,19 @@ class _Compiled:
         return min(_literal_chars(sig.message or sig.line or ""), _LITERAL_WEIGHT_CAP) // 3
 
 
+def _budgets(start: int) -> Iterator[int]:
+    """The budgets a set is compiled at, smallest first: `start`, then a quarter more each time, up to HOT_MAX_MEM.
+
+    An RE2 set's DFA grows to nearly all of its budget (the states of the texts it has seen), and its program needs
+    a quarter of it to compile: a set a little over `start` gets a little more, not the most (jumping from 4 MB to
+    64 MB left the message set 5.7 MB of DFA after 360 messages). A failed compile costs ~8 ms, once per library."""
+    budget = start
+    while budget < HOT_MAX_MEM:
+        yield budget
+        budget += budget // 4
+    yield HOT_MAX_MEM
+
+
 class _PatternSet:
     """One RE2 Set over many patterns, plus each pattern compiled alone for captures.
 
@@ -73,11 +86,12 @@ class _PatternSet:
         self.size = len(patterns)
         self._patterns = patterns
         self._max_mem = max_mem
+        self.budget = 0  # what the set was compiled at (`_budgets`), once compiled
         self._set: re2.Set | None = None
         self._match = self._compile_and_match if patterns else None
 
     def _compile_and_match(self, data: bytes) -> list[int] | None:
-        for max_mem in sorted({self._max_mem, HOT_MAX_MEM}):  # a program too large for the budget gets more
+        for max_mem in _budgets(self._max_mem):  # a program too large for the budget gets a little more
             compiled = re2.Set.SearchSet(re2_options(max_mem))
             for pattern in self._patterns:
                 compiled.Add(pattern)
@@ -87,7 +101,7 @@ class _PatternSet:
             except re2._re2.Error:
                 if max_mem >= HOT_MAX_MEM:
                     raise
-        self._set = compiled
+        self._set, self.budget = compiled, max_mem
         # the compiled set itself: re2.Set.Match only encodes the str and wraps the call,
         # two Python frames that cost as much as the match on a typical line
         self._match = getattr(compiled, "_set", compiled).Match
