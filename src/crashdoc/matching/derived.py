@@ -24,10 +24,9 @@ from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-import re2
-
 from crashdoc.events import FlagChange
 from crashdoc.matching.library import Signature
+from crashdoc.matching.programs import KeptPrograms, LazyRegex
 from crashdoc.text import LazyPattern
 
 if TYPE_CHECKING:  # imported where the derived records are first read: `explain` of a healthy log never does
@@ -199,13 +198,6 @@ def signature_id(exception_type: str, template: str) -> str:
     return f"derived-{digest}"
 
 
-def _options() -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = 256 << 20  # one set over thousands of anchored patterns
-    return options
-
-
 # A record: a dict (built in this process), a stored row [id, type, pattern, template length, the other fields
 # as a JSON string] that matching reads without parsing the rest, or (the shipped layout, `derived_store`) a
 # head (id, type, pattern, template length, release spans, chunk) whose rest is in its chunk, read when needed.
@@ -262,7 +254,10 @@ class DerivedLibrary:
         self._built: dict[int, DerivedSignature] = {}
         self._index: dict[str, int] | None = None
         self._prefixes: PrefixIndex | None = None
-        self._compiled: dict[int, Any] = {}
+        # a candidate's program, compiled on first use; the last few used are kept (every message a host ever sent
+        # left its program and DFA states here: 0.75 MB after a 2M-entry journal, growing with each new message)
+        self._programs: dict[int, LazyRegex] = {}
+        self._kept = KeptPrograms()
 
     def _load(self) -> None:
         if self._loader is not None:
@@ -372,9 +367,9 @@ class DerivedLibrary:
             _, type_, pattern, length = _head(rows[index])
             if short and type_ != short:  # no type: a lone line, matched on its message alone
                 continue
-            regex = self._compiled.get(index)
+            regex = self._programs.get(index)
             if regex is None:
-                regex = self._compiled[index] = re2.compile(pattern, _options())
+                regex = self._programs[index] = LazyRegex(pattern, self._kept)
             m = regex.search(text)
             if m is None:
                 continue

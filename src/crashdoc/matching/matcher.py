@@ -7,7 +7,7 @@ grows. Only the few patterns the set reports are run again, alone, for their cap
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
@@ -15,6 +15,7 @@ import re2
 
 from crashdoc.assembly.markers import MARKERS
 from crashdoc.matching.library import Library, Signature
+from crashdoc.matching.programs import COLD_MAX_MEM, HOT_MAX_MEM, KeptPrograms, LazyRegex, re2_options
 
 if TYPE_CHECKING:
     from crashdoc.failure_records import ExceptionInfo, Match, Traceback
@@ -22,20 +23,6 @@ if TYPE_CHECKING:
 
 _LITERAL_WEIGHT_CAP = 60
 _MARKER_LITERALS = tuple(literal for _, literal in MARKERS)  # after the line signatures in the scan set
-
-
-HOT_MAX_MEM = 64 << 20  # room for the DFA of a large combined set scanned on every line
-# what is matched once per crash (exception messages, frames): RE2 keeps the DFA states of every text it
-# has seen up to its budget (the message set held 26 MB after 400 distinct messages at 64 MB); at 4 MB
-# they are rebuilt when the budget is spent, 0.13 ms a message instead of 0.015 (bench/README.md)
-COLD_MAX_MEM = 4 << 20
-
-
-def re2_options(max_mem: int = HOT_MAX_MEM) -> re2.Options:
-    options = re2.Options()
-    options.log_errors = False
-    options.max_mem = max_mem
-    return options
 
 
 @dataclass(frozen=True, slots=True)
@@ -53,51 +40,6 @@ class Facts:
         return str(getattr(self, key, "") or "")
 
 
-class _KeptPrograms:
-    """The RE2 programs of the patterns searched last (`size` of them, the least recently used dropped).
-
-    Each program a pattern gets is ~40 KB: kept for every signature ever searched alone, a daemon held
-    90 of them (3.4 MB) after 2M journal entries. Compiling one again costs ~70 us, once per crash."""
-
-    __slots__ = ("_order", "size")
-
-    def __init__(self, size: int = 32) -> None:
-        self.size = size
-        self._order: dict[_LazyRegex, None] = {}  # last used last
-
-    def used(self, regex: _LazyRegex) -> None:
-        order = self._order
-        order.pop(regex, None)
-        order[regex] = None
-        if len(order) > self.size:
-            try:  # another thread (the remedy stage's) may be at it too: one of them drops it
-                oldest = next(iter(order))
-                del order[oldest]
-            except (KeyError, RuntimeError, StopIteration):
-                return
-            oldest._compiled = None
-
-
-class _LazyRegex:
-    """A pattern compiled on its first search: the RE2 Set finds the few candidate signatures of a
-    traceback or line, so most patterns never need a program of their own (megabytes for a library).
-    The matcher keeps the programs of the last few used (`_KeptPrograms`)."""
-
-    __slots__ = ("_compiled", "_kept", "pattern")
-
-    def __init__(self, pattern: str, kept: _KeptPrograms) -> None:
-        self.pattern = pattern
-        self._kept = kept
-        self._compiled: re2._Regexp | None = None
-
-    def search(self, text: str) -> re2._Match | None:
-        compiled = self._compiled
-        if compiled is None:
-            compiled = self._compiled = re2.compile(self.pattern, re2_options(COLD_MAX_MEM))
-        self._kept.used(self)
-        return compiled.search(text)
-
-
 class _Compiled:
     """A signature with its message and frame patterns, compiled on first use. A plain class: one per signature
     is built with every matcher, and nothing compares, hashes or prints them (a frozen dataclass cost ~0.5 ms of
@@ -106,7 +48,7 @@ class _Compiled:
     __slots__ = ("frame", "message", "model", "signature")
 
     def __init__(
-        self, signature: Signature, message: _LazyRegex | None, frame: _LazyRegex | None, model: _LazyRegex | None
+        self, signature: Signature, message: LazyRegex | None, frame: LazyRegex | None, model: LazyRegex | None
     ) -> None:
         self.signature = signature
         self.message = message
@@ -121,6 +63,19 @@ class _Compiled:
         return min(_literal_chars(sig.message or sig.line or ""), _LITERAL_WEIGHT_CAP) // 3
 
 
+def _budgets(start: int) -> Iterator[int]:
+    """The budgets a set is compiled at, smallest first: `start`, then a quarter more each time, up to HOT_MAX_MEM.
+
+    An RE2 set's DFA grows to nearly all of its budget (the states of the texts it has seen), and its program needs
+    a quarter of it to compile: a set a little over `start` gets a little more, not the most (jumping from 4 MB to
+    64 MB left the message set 5.7 MB of DFA after 360 messages). A failed compile costs ~8 ms, once per library."""
+    budget = start
+    while budget < HOT_MAX_MEM:
+        yield budget
+        budget += budget // 4
+    yield HOT_MAX_MEM
+
+
 class _PatternSet:
     """One RE2 Set over many patterns, plus each pattern compiled alone for captures.
 
@@ -131,11 +86,12 @@ class _PatternSet:
         self.size = len(patterns)
         self._patterns = patterns
         self._max_mem = max_mem
+        self.budget = 0  # what the set was compiled at (`_budgets`), once compiled
         self._set: re2.Set | None = None
         self._match = self._compile_and_match if patterns else None
 
     def _compile_and_match(self, data: bytes) -> list[int] | None:
-        for max_mem in sorted({self._max_mem, HOT_MAX_MEM}):  # a program too large for the budget gets more
+        for max_mem in _budgets(self._max_mem):  # a program too large for the budget gets a little more
             compiled = re2.Set.SearchSet(re2_options(max_mem))
             for pattern in self._patterns:
                 compiled.Add(pattern)
@@ -145,7 +101,7 @@ class _PatternSet:
             except re2._re2.Error:
                 if max_mem >= HOT_MAX_MEM:
                     raise
-        self._set = compiled
+        self._set, self.budget = compiled, max_mem
         # the compiled set itself: re2.Set.Match only encodes the str and wraps the call,
         # two Python frames that cost as much as the match on a typical line
         self._match = getattr(compiled, "_set", compiled).Match
@@ -181,13 +137,13 @@ class Matcher:
         self._by_type: list[_Compiled] = []  # exception-type-only signatures (no message pattern)
         self._line: list[_Compiled] = []
         self._exit: list[Signature] = []
-        kept = _KeptPrograms()
+        kept = KeptPrograms()
         for sig in library.signatures:
             compiled = _Compiled(
                 sig,
-                _LazyRegex(sig.message or sig.line or "", kept) if (sig.message or sig.line) else None,
-                _LazyRegex(sig.frame, kept) if sig.frame else None,
-                _LazyRegex(sig.context["model"], kept) if "model" in sig.context else None,
+                LazyRegex(sig.message or sig.line or "", kept) if (sig.message or sig.line) else None,
+                LazyRegex(sig.frame, kept) if sig.frame else None,
+                LazyRegex(sig.context["model"], kept) if "model" in sig.context else None,
             )
             if sig.kind == "line":
                 self._line.append(compiled)

@@ -16,7 +16,7 @@ from crashdoc.authoring.mine.source import Statement
 from crashdoc.authoring.mine.templates import Hole, Part, Template
 from crashdoc.diagnosis.category import guess_category
 from crashdoc.events import ExceptionInfo, Frame
-from crashdoc.matching.matcher import re2_options
+from crashdoc.matching.programs import re2_options
 from crashdoc.text import clean
 
 # --- patterns and examples -----------------------------------------------------------------
