@@ -554,11 +554,15 @@ class Engine:
 def snapshot_text(engine: Engine) -> str:
     """`engine.snapshot()` as the state file's JSON text (the daemon's saves): only the units changed since the
     last are encoded again. (Not a method: the engine's interface is one, of as many methods as it may hold.)"""
-    return "".join(snapshot_parts(engine))
+    from crashdoc.diagnosis.snapshot import SavedText
+
+    engine._saved = engine._saved or SavedText()
+    return engine._saved.text(_state(engine), engine.verdicts.changed)
 
 
-def snapshot_parts(engine: Engine) -> list[str]:
-    """`snapshot_text` in pieces, not joined (`SavedText.parts`): what the daemon hands its state writer."""
+def snapshot_parts(engine: Engine) -> list[str | bytes]:
+    """`snapshot_text` in pieces, not joined, units' compressed (`SavedText.parts`): what the daemon hands its state
+    writer."""
     from crashdoc.diagnosis.snapshot import SavedText
 
     engine._saved = engine._saved or SavedText()

@@ -547,7 +547,7 @@ class Daemon:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
     def _save(self, force: bool = False, wait: bool = True) -> None:
-        def snapshot() -> list[str]:
+        def snapshot() -> list[str | bytes]:
             with self.lock:
                 return snapshot_parts(self.engine)
 

@@ -88,7 +88,11 @@ class StateSaver:
         self._writer = StateWriter(self._write)
 
     def save(
-        self, cursor: str | None, snapshot: Callable[[], dict[str, Any] | Sequence[str]], force: bool = False, wait: bool = True
+        self,
+        cursor: str | None,
+        snapshot: Callable[[], dict[str, Any] | Sequence[str | bytes]],
+        force: bool = False,
+        wait: bool = True,
     ) -> None:
         """Save when dirty (unless `force`d, at most every SAVE_INTERVAL, or SAVE_COST_FACTOR times what the last
         snapshot cost); with `wait`, return once this state and every one saved before it are on disk (or failed
