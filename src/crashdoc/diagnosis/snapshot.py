@@ -449,7 +449,7 @@ class SavedText:
     def text(self, state: EngineState, changed: set[str]) -> str:
         """The JSON text of `dump(state)`; `changed`: the units to encode again (the others have not changed since
         the last call), emptied."""
-        return "".join(p if isinstance(p, str) else zlib.decompress(p).decode() for p in self.parts(state, changed))
+        return joined(self.parts(state, changed))
 
     def parts(self, state: EngineState, changed: set[str]) -> list[str | bytes]:
         """`text` in pieces, in order, not joined: each unit's piece is the compressed text kept for it (bytes: zlib
@@ -471,6 +471,11 @@ class SavedText:
             out += [f"{',' if i else ''}{json.dumps(name)}:", packed]
         out.append(f"}}}},{json.dumps(rest, separators=(',', ':'))[1:]}}}")
         return out
+
+
+def joined(parts: list[str | bytes]) -> str:
+    """`SavedText.parts` as one text (a compressed piece inflated)."""
+    return "".join(p if isinstance(p, str) else zlib.decompress(p).decode() for p in parts)
 
 
 def load(doc: Any) -> EngineState:
