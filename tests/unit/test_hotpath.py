@@ -284,6 +284,33 @@ def test_the_pages_bound_releases_once_caught_up_unless_the_reader_ends_there(mo
     assert released == [11 << 20, 75 << 20]  # past its own bound, `once` releases too
 
 
+def test_the_daemon_gives_back_what_asking_the_newest_time_mapped_once_caught_up(tmp_path, monkeypatch) -> None:
+    """Caught up, the daemon asks the journal's newest time, which touches every file's header (a 2M-entry journal
+    of 12 files: ~0.8 MB of pages): the bound is checked after it, so those pages do not stay until the next read."""
+    from support.journal_files import line, write_journal
+
+    from crashdoc.events import WatchRule
+    from crashdoc.sources import journal_pages
+    from crashdoc.sources.journal import JournalSource, UnitFilter
+
+    write_journal(tmp_path, [line(f"Decode batch {i}", pid="7", unit="sglang-decode.service") for i in range(50)])
+    mapped, released = [10 << 20], []
+    monkeypatch.setattr(journal_pages, "mapped_bytes", lambda: mapped[0])
+    monkeypatch.setattr(journal_pages, "release_journal_pages", lambda: released.append(mapped[0]) or 0)
+    source = JournalSource(UnitFilter((WatchRule("sglang*.service"),)), directory=str(tmp_path))
+    source.seek_head()
+    newest = source.newest_timestamp
+
+    def touching_every_header(oldest: bool = False) -> float | None:
+        mapped[0] += 1 << 20
+        return newest(oldest)
+
+    monkeypatch.setattr(source, "newest_timestamp", touching_every_header)
+    released.clear()
+    assert len(source.read(1000)) == 50 and source.at_end
+    assert released == [11 << 20], "the headers' pages given back right away"
+
+
 def test_the_c_batch_reader_returns_exactly_what_read_returns(tmp_path, monkeypatch) -> None:
     """`diagnose`'s C batch reader (sources/fastread.c) against `read()`'s systemd-python loop, on a
     generated journal with crashes plus the entries it must leave to Python or get right: PID 1's

@@ -10,7 +10,7 @@ from pathlib import Path
 from crashdoc.outputs.metrics import Health
 from crashdoc.runtime import saving
 from crashdoc.runtime.saving import StateSaver
-from crashdoc.sources.cursor import STATE_FILE, CursorStore
+from crashdoc.sources.cursor import STATE_FILE, CursorStore, Payload
 
 
 def _on_disk(folder: Path) -> tuple[str, dict]:
@@ -48,10 +48,10 @@ def test_states_waiting_behind_a_slow_write_are_replaced_by_the_newest(tmp_path:
     writing, release = threading.Event(), threading.Event()
     write = saver.store.write
 
-    def slow(cursor: str | None, payload: bytes) -> bool:
+    def slow(cursor: str | None, payload: Payload) -> bool:
         writing.set()
         release.wait(10)
-        written.append(json.loads(payload)["cursor"])
+        written.append(json.loads("".join(payload))["cursor"])
         return write(cursor, payload)
 
     saver.store.write = slow  # type: ignore[method-assign]

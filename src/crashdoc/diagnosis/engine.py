@@ -128,8 +128,7 @@ class Engine:
         gpu.add(event, self._gpu_joins)
 
     def on_line(self, line: LogLine, matcher: Matcher | None = None) -> None:
-        """The hot path: runs for every line of every watched unit. `matcher`: the batch's (`feed` looks it
-        up once, not per line)."""
+        """The hot path: every line of every watched unit. `matcher`: the batch's (`feed` looks it up once)."""
         if matcher is None:
             matcher = self.reporter.matcher()
         rec = self._units.get(line.unit) or self._record(line.unit)
@@ -552,12 +551,18 @@ class Engine:
 
 
 def snapshot_text(engine: Engine) -> str:
-    """`engine.snapshot()` as the state file's JSON text (the daemon's saves): only the units changed since the
-    last are encoded again. (Not a method: the engine's interface is one, of as many methods as it may hold.)"""
+    """`engine.snapshot()` as the state file's JSON text (not a method: the engine's interface is one)."""
+    from crashdoc.diagnosis.snapshot import joined
+
+    return joined(snapshot_parts(engine))
+
+
+def snapshot_parts(engine: Engine) -> list[str | bytes]:
+    """`snapshot_text` in pieces, the units' kept compressed and encoded again only if changed (`SavedText`)."""
     from crashdoc.diagnosis.snapshot import SavedText
 
     engine._saved = engine._saved or SavedText()
-    return engine._saved.text(_state(engine), engine.verdicts.changed)
+    return engine._saved.parts(_state(engine), engine.verdicts.changed)
 
 
 def _state(engine: Engine) -> EngineState:

@@ -23,7 +23,7 @@ from dataclasses import dataclass, field, replace
 from typing import Any
 
 from crashdoc.config import Config, ConfigError, load_config
-from crashdoc.diagnosis.engine import Engine, feed, snapshot_text
+from crashdoc.diagnosis.engine import Engine, feed, snapshot_parts
 from crashdoc.events import Diagnosis, GpuEvent, LifecycleRecord, LogLine, UnitState
 from crashdoc.matching.reload import LibraryHolder, LibraryWatcher
 from crashdoc.outputs.http import HttpServer
@@ -547,8 +547,8 @@ class Daemon:
                 h.journal_lag_seconds = max(0.0, newest - stats.last_timestamp)
 
     def _save(self, force: bool = False, wait: bool = True) -> None:
-        def snapshot() -> str:
+        def snapshot() -> list[str | bytes]:
             with self.lock:
-                return snapshot_text(self.engine)
+                return snapshot_parts(self.engine)
 
         self.saver.save(self.source.cursor, snapshot, force=force, wait=wait)

@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import traceback
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -22,7 +22,7 @@ from crashdoc.diagnosis.engine import Engine
 from crashdoc.diagnosis.snapshot import SnapshotError
 from crashdoc.outputs.metrics import Health
 from crashdoc.runtime.log import log
-from crashdoc.sources.cursor import CursorStore, SavedState
+from crashdoc.sources.cursor import CursorStore, Payload, SavedState
 
 SAVE_INTERVAL = 1.0
 # A save not forced waits at least this many times what taking the last snapshot cost the reading thread: twenty
@@ -37,14 +37,14 @@ class StateWriter:
     """Writes the newest state handed to it, on a thread of its own (started with the first): a state handed
     while another is written replaces any older one still waiting, since the newest holds all they hold."""
 
-    def __init__(self, write: Callable[[str, bytes], None]) -> None:
+    def __init__(self, write: Callable[[str, Payload], None]) -> None:
         self._write = write
         self._cond = threading.Condition()
-        self._newest: tuple[str, bytes] | None = None
+        self._newest: tuple[str, Payload] | None = None
         self._handed = self._done = 0  # states handed in, and how many of them are on disk (or failed)
         self._thread: threading.Thread | None = None
 
-    def submit(self, cursor: str, payload: bytes) -> None:
+    def submit(self, cursor: str, payload: Payload) -> None:
         with self._cond:
             self._newest = (cursor, payload)
             self._handed += 1
@@ -88,7 +88,11 @@ class StateSaver:
         self._writer = StateWriter(self._write)
 
     def save(
-        self, cursor: str | None, snapshot: Callable[[], dict[str, Any] | str], force: bool = False, wait: bool = True
+        self,
+        cursor: str | None,
+        snapshot: Callable[[], dict[str, Any] | Sequence[str | bytes]],
+        force: bool = False,
+        wait: bool = True,
     ) -> None:
         """Save when dirty (unless `force`d, at most every SAVE_INTERVAL, or SAVE_COST_FACTOR times what the last
         snapshot cost); with `wait`, return once this state and every one saved before it are on disk (or failed
@@ -103,7 +107,7 @@ class StateSaver:
         if wait:
             self._writer.flush()
 
-    def _write(self, cursor: str, payload: bytes) -> None:  # the writer's thread
+    def _write(self, cursor: str, payload: Payload) -> None:  # the writer's thread
         ok = self.store.write(cursor, payload)
         if not ok and self.health.state_writable:
             self.say(f"{self.store.last_error}; diagnosing in memory only")

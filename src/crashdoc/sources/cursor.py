@@ -14,12 +14,19 @@ import json
 import math
 import os
 import time
+import zlib
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 STATE_FILE = "state.json"
 FORMAT_VERSION = 2  # 2: the engine's state as JSON (`diagnosis.snapshot`); 1 (crashdoc 0.1.0): a base64 pickle
+# The state file's text in pieces, in order (`CursorStore.encode`): a str, or bytes holding the zlib-compressed UTF-8
+# of a text (the engine keeps its units' texts so: `diagnosis.snapshot.SavedText`). Written piece by piece, never
+# joined, so a save holds no copy of a state of megabytes.
+Payload = tuple[str | bytes, ...]
+_WRITE_SIZE = 1 << 16  # characters of a piece encoded, or bytes decompressed, and written at a time
 
 
 @dataclass(slots=True)
@@ -93,41 +100,49 @@ class CursorStore:
         return f" (kept as {aside})"
 
     def save(
-        self, cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | None = None
+        self,
+        cursor: str | None,
+        data: dict[str, Any] | None = None,
+        engine: dict[str, Any] | Sequence[str | bytes] | str | None = None,
     ) -> bool:
         """Persist atomically; False (and `last_error`) when the folder cannot take it."""
         return self.write(cursor, self.encode(cursor, data, engine))
 
     @staticmethod
     def encode(
-        cursor: str | None, data: dict[str, Any] | None = None, engine: dict[str, Any] | str | None = None
-    ) -> bytes:
-        """The state file's bytes: taken where the state is current, written (`write`) where it costs nothing.
-        `engine`: the engine's snapshot, or its JSON text already made (`diagnosis.engine.snapshot_text`)."""
+        cursor: str | None,
+        data: dict[str, Any] | None = None,
+        engine: dict[str, Any] | Sequence[str | bytes] | str | None = None,
+    ) -> Payload:
+        """The state file's text in pieces: taken where the state is current, written (`write`) where it costs
+        nothing. `engine`: the engine's snapshot, or its JSON text already made, whole or in pieces
+        (`diagnosis.engine.snapshot_parts`)."""
         doc = {
             "version": FORMAT_VERSION,
             "cursor": cursor,
             "saved_at": time.time(),
             "data": data or {},
-            "engine": None if isinstance(engine, str) else engine,
+            "engine": engine if isinstance(engine, dict) else None,
         }
         text = json.dumps(doc, separators=(",", ":"))
-        if isinstance(engine, str):  # "engine" is the last key: its null becomes the text
-            text = text[: -len("null}")] + engine + "}"
-        return text.encode()
+        if engine is None or isinstance(engine, dict):
+            return (text,)
+        # "engine" is the last key: its null becomes the text
+        return (text[: -len("null}")], *((engine,) if isinstance(engine, str) else engine), "}")
 
-    def write(self, cursor: str | None, payload: bytes) -> bool:
-        """`encode`'s bytes for `cursor`, persisted atomically; False (and `last_error`) when the folder cannot
+    def write(self, cursor: str | None, payload: Payload) -> bool:
+        """`encode`'s pieces for `cursor`, persisted atomically; False (and `last_error`) when the folder cannot
         take them. One writer at a time (one temporary file per process)."""
         tmp = self.path.with_name(f".{STATE_FILE}.{os.getpid()}.tmp")
         try:
             self.directory.mkdir(parents=True, exist_ok=True)
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o640)
             try:
-                view = memoryview(payload)
-                while view:
-                    written = os.write(fd, view)
-                    view = view[written:]
+                for piece in payload:
+                    for block in _blocks(piece):
+                        view = memoryview(block)
+                        while view:
+                            view = view[os.write(fd, view) :]
                 os.fsync(fd)
             finally:
                 os.close(fd)
@@ -149,6 +164,19 @@ class CursorStore:
         self.writable = True
         self.last_saved = cursor
         return True
+
+
+def _blocks(piece: str | bytes) -> Iterator[bytes]:
+    """A `Payload` piece's UTF-8 bytes, at most `_WRITE_SIZE` of them at a time."""
+    if isinstance(piece, str):
+        for at in range(0, len(piece), _WRITE_SIZE):
+            yield piece[at : at + _WRITE_SIZE].encode()
+        return
+    inflate = zlib.decompressobj()
+    while piece:
+        yield inflate.decompress(piece, _WRITE_SIZE)
+        piece = inflate.unconsumed_tail
+    yield inflate.flush()
 
 
 def entries_between(older: str | None, newer: str | None) -> int | None:

@@ -409,7 +409,6 @@ class JournalSource:
         stats.lines += lines
         if stepped:
             stats.entries += stepped
-            self._pages.bound(self.at_end)
             walked = ahead.position() if ahead is not None else None
             try:  # a walk reading ahead owns the reader: it said where the events handed out end
                 self._cursor, stats.last_timestamp = walked or (r._get_cursor(), r._get_realtime() / 1e6)
@@ -417,6 +416,8 @@ class JournalSource:
                 pass
         if self.at_end:  # everything written was passed, what the matches skipped included
             stats.last_timestamp = max(stats.last_timestamp, self.newest_timestamp() or 0.0)
+        if stepped or self.at_end:  # after the newest time: it touched every file's header (~64 KB of pages each)
+            self._pages.bound(self.at_end)
         return events
 
     def start_reading(self, limit: int) -> None:
