@@ -287,11 +287,10 @@ def test_the_pages_bound_releases_once_caught_up_unless_the_reader_ends_there(mo
 def test_the_daemon_gives_back_what_asking_the_newest_time_mapped_once_caught_up(tmp_path, monkeypatch) -> None:
     """Caught up, the daemon asks the journal's newest time, which touches every file's header (a 2M-entry journal
     of 12 files: ~0.8 MB of pages): the bound is checked after it, so those pages do not stay until the next read."""
-    from support.journal_files import line, write_journal
-
     from crashdoc.events import WatchRule
     from crashdoc.sources import journal_pages
     from crashdoc.sources.journal import JournalSource, UnitFilter
+    from support.journal_files import line, write_journal
 
     write_journal(tmp_path, [line(f"Decode batch {i}", pid="7", unit="sglang-decode.service") for i in range(50)])
     mapped, released = [10 << 20], []
