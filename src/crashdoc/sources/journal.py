@@ -416,8 +416,7 @@ class JournalSource:
                 pass
         if self.at_end:  # everything written was passed, what the matches skipped included
             stats.last_timestamp = max(stats.last_timestamp, self.newest_timestamp() or 0.0)
-        if stepped or self.at_end:  # after the newest time: it touched every file's header (~64 KB of pages each)
-            self._pages.bound(self.at_end)
+        self._pages.bound(self.at_end)  # after the newest time: it touched every file's header (~64 KB of pages each)
         return events
 
     def start_reading(self, limit: int) -> None:
