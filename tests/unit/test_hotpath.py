@@ -310,6 +310,28 @@ def test_the_daemon_gives_back_what_asking_the_newest_time_mapped_once_caught_up
     assert released == [11 << 20], "the headers' pages given back right away"
 
 
+def test_catching_up_gives_back_the_pages_a_walk_mapped_during_the_last_release(monkeypatch) -> None:
+    """A release while the read-ahead walk runs measures what the walk mapped meanwhile as the new floor: those pages
+    were never given back (3.9 MB after a 2M-entry catch-up). Arriving at the end, the daemon releases everything."""
+    from crashdoc.sources import journal_pages
+
+    mapped, released = [10 << 20], []
+    monkeypatch.setattr(journal_pages, "mapped_bytes", lambda: mapped[0])
+    monkeypatch.setattr(journal_pages, "release_journal_pages", lambda: released.append(mapped[0]) or 0)
+    daemon, once = journal_pages.MappedPages(2 << 20, 1 << 19), journal_pages.MappedPages(64 << 20, None)
+    mapped[0] += 4 << 20  # the walk mapped 4 MB while the last release ran: the floor includes them
+    daemon.after_release = once.after_release = mapped[0]
+    for pages in (daemon, once):
+        pages.bound(caught_up=False)
+        pages.bound(caught_up=True)
+    assert released == [14 << 20], "the daemon, arriving at the end, released; `diagnose` leaves them to its exit"
+    daemon.bound(caught_up=True)
+    assert released == [14 << 20], "caught up already: nothing grown, nothing released"
+    daemon.bound(caught_up=False)
+    daemon.bound(caught_up=True)
+    assert released == [14 << 20, 14 << 20], "behind again (a flood), then caught up: released again"
+
+
 def test_the_c_batch_reader_returns_exactly_what_read_returns(tmp_path, monkeypatch) -> None:
     """`diagnose`'s C batch reader (sources/fastread.c) against `read()`'s systemd-python loop, on a
     generated journal with crashes plus the entries it must leave to Python or get right: PID 1's

@@ -25,6 +25,7 @@ class MappedPages:
         self.above = above
         self.caught_up_above = caught_up_above
         self.after_release = mapped_bytes()  # file-backed resident bytes after the last release
+        self._caught_up = False  # the last bound was asked caught up
 
     def release(self) -> None:
         """Give every mapped journal page back now (placing the reader touched a window of every file)."""
@@ -32,10 +33,13 @@ class MappedPages:
         self.after_release = mapped_bytes()
 
     def bound(self, caught_up: bool) -> None:
-        """Release once reading mapped more than the bound since the last release; once caught up, release
-        whatever was mapped."""
+        """Release once reading mapped more than the bound since the last release; on catching up, everything
+        (a release while a walk read ahead counts what the walk mapped meanwhile as kept: a 2M-entry catch-up
+        kept 3.9 MB of them for good); once caught up, whatever was mapped past `caught_up_above`."""
         grown = mapped_bytes() - self.after_release
-        if grown > self.above or (caught_up and self.caught_up_above is not None and grown > self.caught_up_above):
+        arrived, self._caught_up = caught_up and not self._caught_up, caught_up
+        at_end = self.caught_up_above is not None and caught_up and (arrived or grown > self.caught_up_above)
+        if at_end or grown > self.above:
             self.release()
 
 
