@@ -86,6 +86,23 @@ def test_find_marker_on_real_lines() -> None:
         assert (marker.kind if marker else None) == kind, text
 
 
+def test_runs_share_their_markers_and_server_flags_text() -> None:
+    """Every run of a unit logs the same markers and server arguments, and the daemon keeps sixteen runs a unit: the
+    texts are interned (0.46 MB of copies after a 2M-entry catch-up), the values as they were."""
+    from crashdoc.assembly.markers import parse_server_args
+
+    args = "server_args=ServerArgs(model_path='/models/x', tp_size=8, hicache_size=150, attention_backend='fa3')"
+    first, second = (find_marker(LogLine("u.service", 7, f"[2026-12-01 10:00:0{i} TP0] {args}")) for i in (1, 2))
+    assert first is not None and second is not None and first.text == args and first.text is second.text
+    one, two = parse_server_args("x " + args), parse_server_args(args + " y")
+    assert (
+        one
+        == two
+        == {"--model-path": "/models/x", "--tp-size": "8", "--hicache-size": "150", "--attention-backend": "fa3"}
+    )
+    assert all(a is b and one[a] is two[b] for a, b in zip(one, two, strict=True))
+
+
 def test_line_set_hits_match_the_re2_wrapper() -> None:
     from crashdoc.matching.library import builtin_signature_dirs, load_library
     from crashdoc.matching.matcher import Matcher
