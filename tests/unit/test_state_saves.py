@@ -227,7 +227,8 @@ def test_a_save_hands_the_writer_the_kept_unit_texts_not_a_joined_copy(tmp_path:
     assert store.write("s=1;i=2", payload)
     loaded = store.load()
     assert loaded.cursor == "s=1;i=2" and loaded.engine == e.snapshot()
-    text = "é" * 100_000 + "ü"  # written a block at a time, cut inside no character
+    text = "é" * 100_000 + "ü"  # packed and written a block at a time, cut inside no character
+    assert zlib.decompress(snapshot._packed(text)).decode() == text
     long = ("{", text, zlib.compress(text.encode(), 1), "}")
     assert store.write("s=1;i=3", long)
     assert (tmp_path / "state.json").read_bytes() == ("{" + text + text + "}").encode()

@@ -459,7 +459,7 @@ class SavedText:
         for name, rec in state.units.items():
             packed = kept.get(name)
             if packed is None or name in changed:
-                packed = zlib.compress(json.dumps(_CODEC.encode(rec), separators=(",", ":")).encode(), 1)
+                packed = _packed(json.dumps(_CODEC.encode(rec), separators=(",", ":")))
             units[name] = packed
         self._units = units
         changed.clear()
@@ -471,6 +471,15 @@ class SavedText:
             out += [f"{',' if i else ''}{json.dumps(name)}:", packed]
         out.append(f"}}}},{json.dumps(rest, separators=(',', ':'))[1:]}}}")
         return out
+
+
+def _packed(text: str, block: int = 1 << 16) -> bytes:
+    """zlib (level 1) of the text's UTF-8, encoded a block at a time: no copy of a unit's text as bytes (0.4 MB of a
+    2M-entry catch-up's state) beside the text at a save."""
+    pack = zlib.compressobj(1)
+    out = [pack.compress(text[at : at + block].encode()) for at in range(0, len(text), block)]
+    out.append(pack.flush())
+    return b"".join(out)
 
 
 def joined(parts: list[str | bytes]) -> str:
