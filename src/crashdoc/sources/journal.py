@@ -56,12 +56,12 @@ if TYPE_CHECKING:
 TRIM_CHECK_EVERY = 500  # entries read between two looks at how many file pages are mapped (a batch of the C reader)
 # (500, not 2000: where the watched units are a tenth of the journal, 2000 entries read span ten times as many
 # pages, and the peak while catching up went from 8 to 15 MB above the rest)
-# release the journal pages once this many bytes of file pages were mapped since (2 MB; with the daemon's read-ahead
-# the bound is checked once a batch while the next one is walked: 4 MB let the catch-up's peak hold 8 MB of them)
-TRIM_ABOVE = 2 << 20
-# `diagnose` (read once, then exit): 32x looser (64 MB), since each release costs the page faults of touching the
+# release the journal pages once this many bytes of file pages were mapped since (checked once a batch while the next
+# is walked: a 2M-entry catch-up's VmHWM 50.1 MB at 2 MB, 48.9-49.1 at 1 MB and 4% slower; 4 MB held 8 MB of them)
+TRIM_ABOVE = 1 << 20
+# `diagnose` (read once, then exit): 64x looser (64 MB), since each release costs the page faults of touching the
 # current windows again, and clean shared file pages are cheap in a short-lived process; none at the end (~7 ms)
-TRIM_ONCE_FACTOR = 32
+TRIM_ONCE_FACTOR = 64
 BACKFILL_LIMIT = 5_000  # entries of a newly found unit read back from before it was found (see _found)
 _INIT_SCOPE = b"init.scope"
 _STOP_BATCH = (_INIT_SCOPE, b"systemd-coredump@")  # the batch readers leave these entries to read()
@@ -143,7 +143,7 @@ class JournalSource:
         self._journal = JournalFiles(directory if not files else None, tuple(files or ()))
         self.reader = self._journal.reader()
         self.stats = ReadStats()
-        self._pages = MappedPages(TRIM_ABOVE * (TRIM_ONCE_FACTOR if once else 1), None if once else TRIM_ABOVE // 4)
+        self._pages = MappedPages(TRIM_ABOVE * (TRIM_ONCE_FACTOR if once else 1), None if once else TRIM_ABOVE // 2)
         self.at_end = False  # the last read() reached the newest entry
         self.cursor_gone = False  # seek_cursor(): the saved entry is gone, reading resumed after it
         self._cursor: str | None = None
