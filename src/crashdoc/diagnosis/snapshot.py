@@ -446,15 +446,12 @@ class SavedText:
     def __init__(self) -> None:
         self._units: dict[str, bytes] = {}
 
-    def text(self, state: EngineState, changed: set[str]) -> str:
-        """The JSON text of `dump(state)`; `changed`: the units to encode again (the others have not changed since
-        the last call), emptied."""
-        return joined(self.parts(state, changed))
-
     def parts(self, state: EngineState, changed: set[str]) -> list[str | bytes]:
-        """`text` in pieces, in order, not joined: each unit's piece is the compressed text kept for it (bytes: zlib
-        of the UTF-8 text, `sources.cursor.Payload`), so the pieces cost the few bytes between them (a joined copy
-        of a 2M-entry catch-up's state was 0.8 MB, and its encoded bytes 0.8 MB more, at every save)."""
+        """The JSON text of `dump(state)` in pieces, in order, not joined (`joined` joins them); `changed`: the units
+        to encode again (the others have not changed since the last call), emptied. Each unit's piece is the
+        compressed text kept for it (bytes: zlib of the UTF-8 text, `sources.cursor.Payload`), so the pieces cost
+        the few bytes between them (a joined copy of a 2M-entry catch-up's state was 0.8 MB, and its encoded bytes
+        0.8 MB more, at every save)."""
         kept, units = self._units, {}
         for name, rec in state.units.items():
             packed = kept.get(name)
